@@ -1,0 +1,268 @@
+"""The protocol every environment follows, and the episode statistics every env reports.
+
+A `VecEnv` holds `num_envs` copies of one game as tensors on one device. `step` takes a batch of
+actions and returns a batch of observations, rewards and done flags; an env that finishes is
+reset inside `step`, and the observation it ended on is kept in `info["final_obs"]`.
+
+`EpisodeStats` keeps the running return / length / score of every env and the totals of the
+episodes that finished, all on the device, so that stepping never waits for the host. The
+trainer calls `drain()` once per update: one host sync, one `EpisodeSummary`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import gymnasium
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class EnvError(Exception):
+    """Base class of every error raised by `envs` (unknown name, bad kwarg, bad device...)."""
+
+
+class UnknownEnvError(EnvError, ValueError):
+    """The environment name is neither built in, nor a Gymnasium id, nor an entry point."""
+
+
+class EnvConfigError(EnvError, ValueError):
+    """A keyword argument given to an environment is unknown or has a bad value."""
+
+
+RECENT_EPISODES = 100  # EpisodeSummary.recent_* average over this many last finished episodes
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """Episodes finished since the previous `EpisodeStats.drain()`.
+
+    The means and maxima are None when `count` is 0; the `recent_*` means cover the last
+    `RECENT_EPISODES` finished episodes ever (not only since the last drain) and are None
+    until one episode has finished.
+    """
+
+    count: int
+    return_mean: float | None
+    length_mean: float | None
+    score_mean: float | None
+    return_max: float | None
+    score_max: float | None
+    recent_return_mean: float | None
+    recent_score_mean: float | None
+    recent_length_mean: float | None = None
+
+
+class EpisodeStats:
+    """Running and finished-episode statistics of a batch of envs, kept on the device.
+
+    `update` is called by the env inside every `step`; it only does tensor ops (no `.item()`,
+    no boolean indexing), so it never makes the device wait for the host. `drain` copies the
+    totals to the host once and restarts the since-last-drain counters.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device | str, history: int = RECENT_EPISODES):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.history = history
+        zeros = lambda dtype: torch.zeros(num_envs, dtype=dtype, device=self.device)  # noqa: E731
+        # The episode in progress in every env.
+        self.running_return = zeros(torch.float32)
+        self.running_length = zeros(torch.float32)
+        self.running_score = zeros(torch.float32)
+        # Per-env totals of episodes finished since the last drain: elementwise updates are
+        # cheaper than a reduction over the batch every step; drain() sums them.
+        self._finished_count = zeros(torch.float64)
+        self._finished_return = zeros(torch.float64)
+        self._finished_length = zeros(torch.float64)
+        self._finished_score = zeros(torch.float64)
+        self._max_return = torch.full((num_envs,), -math.inf, device=self.device)
+        self._max_score = torch.full((num_envs,), -math.inf, device=self.device)
+        self._minus_inf = torch.tensor(-math.inf, device=self.device)
+        # Ring buffer of the last `history` finished episodes (return, length, score). Row
+        # `history` is a scratch row that absorbs the writes of envs that did not finish.
+        self._recent = torch.zeros(history + 1, 3, device=self.device)
+        self._recent_written = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._per_env_scratch = torch.full((num_envs,), history, dtype=torch.int64, device=self.device)
+
+    def reset(self) -> None:
+        """Forget the episodes in progress (called when the env is reset)."""
+        self.running_return.zero_()
+        self.running_length.zero_()
+        self.running_score.zero_()
+
+    def update(self, reward: Tensor, score: Tensor, done: Tensor) -> None:
+        """Account for one step of every env.
+
+        reward: (N,) this step's reward. score: (N,) the game score of the episode so far,
+        counting this step (pipes passed, food eaten...). done: (N,) bool, the episode ended
+        on this step (terminated or truncated); its totals are recorded and its running
+        values restart from zero.
+        """
+        self.running_return.add_(reward)
+        self.running_length.add_(1.0)
+        self.running_score.copy_(score)
+        done_float = done.to(torch.float64)
+        self._finished_count.add_(done_float)
+        self._finished_return.addcmul_(done_float, self.running_return)
+        self._finished_length.addcmul_(done_float, self.running_length)
+        self._finished_score.addcmul_(done_float, self.running_score)
+        torch.maximum(self._max_return, torch.where(done, self.running_return, self._minus_inf), out=self._max_return)
+        torch.maximum(self._max_score, torch.where(done, self.running_score, self._minus_inf), out=self._max_score)
+        self._record_recent(done)
+        keep = (~done).to(torch.float32)
+        self.running_return.mul_(keep)
+        self.running_length.mul_(keep)
+        self.running_score.mul_(keep)
+
+    def _record_recent(self, done: Tensor) -> None:
+        # Finished envs, in env order, take the next ring slots; when more than `history`
+        # finish in one step only the last `history` are kept, so slots never collide.
+        done_int = done.to(torch.int64)
+        order = torch.cumsum(done_int, 0)  # 1-based rank among this step's finished envs
+        finished_now = order[-1]
+        keep = done & (order > finished_now - self.history)
+        slot = torch.remainder(self._recent_written + order - 1, self.history)
+        slot = torch.where(keep, slot, self._per_env_scratch)
+        values = torch.stack((self.running_return, self.running_length, self.running_score), dim=1)
+        self._recent.index_put_((slot,), values)
+        self._recent_written.add_(finished_now)
+
+    def drain(self) -> EpisodeSummary:
+        """Summarise the episodes finished since the last drain (one host sync) and restart."""
+        totals = torch.stack(
+            (
+                self._finished_count.sum(),
+                self._finished_return.sum(),
+                self._finished_length.sum(),
+                self._finished_score.sum(),
+                self._max_return.max().double(),
+                self._max_score.max().double(),
+                self._recent_written.double(),
+            )
+        )
+        recent = self._recent[: self.history].double()
+        host = torch.cat((totals, recent.flatten())).cpu().numpy()
+        count, sum_return, sum_length, sum_score, max_return, max_score, written = host[:7].tolist()
+        recent_rows = host[7:].reshape(self.history, 3)[: int(min(written, self.history))]
+        self._finished_count.zero_()
+        self._finished_return.zero_()
+        self._finished_length.zero_()
+        self._finished_score.zero_()
+        self._max_return.fill_(-math.inf)
+        self._max_score.fill_(-math.inf)
+        count = int(round(count))
+        has_recent = len(recent_rows) > 0
+        return EpisodeSummary(
+            count=count,
+            return_mean=sum_return / count if count else None,
+            length_mean=sum_length / count if count else None,
+            score_mean=sum_score / count if count else None,
+            return_max=max_return if count else None,
+            score_max=max_score if count else None,
+            recent_return_mean=float(recent_rows[:, 0].mean()) if has_recent else None,
+            recent_score_mean=float(recent_rows[:, 2].mean()) if has_recent else None,
+            recent_length_mean=float(recent_rows[:, 1].mean()) if has_recent else None,
+        )
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """Turn 'cpu' / 'cuda' / 'cuda:1' into a torch.device, failing clearly if it is unusable."""
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise EnvError(f"device must look like 'cpu', 'cuda' or 'cuda:0', got {device!r}") from error
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EnvError(f"device {device!r} asked for, but CUDA is not available here; use device='cpu'")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise EnvError(
+                f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    return resolved
+
+
+class VecEnv:
+    """A batch of `num_envs` copies of one game, stepped together with tensor ops.
+
+    Subclasses set `single_observation_space`, `single_action_space` and implement
+    `_reset_all`, `step` and `render`. Observations are float32 (N, *obs_shape); discrete
+    actions are int64 (N,), continuous ones float32 (N, act_dim).
+    """
+
+    num_envs: int
+    device: torch.device
+    single_observation_space: gymnasium.spaces.Box
+    single_action_space: gymnasium.spaces.Discrete | gymnasium.spaces.Box
+    stats: EpisodeStats
+    name: str = "env"
+    metadata: dict = {"render_fps": 30}
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise EnvConfigError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.device = resolve_device(device)
+        self.generator = torch.Generator(device=self.device)
+        self._seed_generator(seed)
+        self.stats = EpisodeStats(num_envs, self.device)
+
+    def _seed_generator(self, seed: int | None) -> None:
+        if seed is None:
+            self.generator.seed()  # fresh entropy from the OS
+        else:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise EnvConfigError(f"seed must be a non-negative integer or None, got {seed!r}")
+            self.generator.manual_seed(int(seed))
+
+    def reset(self, seed: int | None = None) -> Tensor:
+        """Start a new episode in every env; `seed` (if given) reseeds all randomness."""
+        if seed is not None:
+            self._seed_generator(seed)
+        self.stats.reset()
+        return self._reset_all()
+
+    def _reset_all(self) -> Tensor:
+        raise NotImplementedError
+
+    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        raise NotImplementedError
+
+    def render(self, index: int = 0) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} cannot render")
+
+    def close(self) -> None:
+        """Release windows, processes and other resources (idempotent)."""
+
+    # Helpers for subclasses -------------------------------------------------------------------
+
+    def _check_render_index(self, index: int) -> int:
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < self.num_envs:
+            raise EnvError(f"render index must be in 0..{self.num_envs - 1}, got {index!r}")
+        return int(index)
+
+    def _discrete_actions(self, actions: Tensor | np.ndarray | list) -> Tensor:
+        """Check the shape of a batch of discrete actions (no host sync) and put it on the device."""
+        if not isinstance(actions, Tensor):
+            actions = torch.as_tensor(np.asarray(actions))
+        if actions.shape != (self.num_envs,):
+            if actions.numel() == self.num_envs:
+                actions = actions.reshape(self.num_envs)
+            else:
+                raise EnvError(
+                    f"{self.name}: expected actions of shape ({self.num_envs},), one per env, "
+                    f"got shape {tuple(actions.shape)}"
+                )
+        if actions.device != self.device:
+            actions = actions.to(self.device, non_blocking=True)
+        return actions
+
+    def __enter__(self) -> "VecEnv":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"

@@ -1,0 +1,172 @@
+"""Batched CartPole with exactly the physics, observation, reward and episode ends of
+Gymnasium's `CartPole-v1` (Barto, Sutton & Anderson 1983), as tensor ops over the batch.
+
+The state is (cart position, cart velocity, pole angle, pole angular velocity). The episode
+terminates when the cart leaves [-2.4, 2.4] or the pole leans past 12 degrees, and is
+truncated after `max_episode_steps` (500) steps. Reward is +1 for every step, the last one
+included (or, with `sutton_barto_reward=True`, 0 per step and -1 on termination).
+
+Gymnasium keeps the state in float64; this env keeps it in float32 (the observation dtype), so
+the two agree to float32 rounding from the same state (tests/test_envs_cartpole.py).
+"""
+from __future__ import annotations
+
+import math
+
+import gymnasium
+import numpy as np
+import torch
+from torch import Tensor
+
+from envs.base import EnvConfigError, VecEnv
+from envs.rendering import import_pygame, surface_to_array
+
+GRAVITY = 9.8
+CART_MASS = 1.0
+POLE_MASS = 0.1
+TOTAL_MASS = CART_MASS + POLE_MASS
+POLE_HALF_LENGTH = 0.5
+POLE_MASS_LENGTH = POLE_MASS * POLE_HALF_LENGTH
+FORCE_MAGNITUDE = 10.0
+SECONDS_PER_STEP = 0.02  # "tau"
+ANGLE_LIMIT_RADIANS = 12 * 2 * math.pi / 360
+POSITION_LIMIT = 2.4
+RESET_NOISE = 0.05  # initial state uniform in (-0.05, 0.05)
+
+
+class CartPoleVecEnv(VecEnv):
+    """`num_envs` CartPoles (Gymnasium `CartPole-v1`), stepped together on `device`.
+
+    Keyword arguments:
+        max_episode_steps: truncate an episode after this many steps (default 500, as v1).
+        sutton_barto_reward: 0 per step and -1 on termination instead of +1 per step
+            (Gymnasium's option of the same name; default False).
+
+    `score` (in the episode statistics) is the episode length.
+    """
+
+    name = "cartpole"
+    metadata = {"render_fps": 50}
+    SCREEN_WIDTH = 600
+    SCREEN_HEIGHT = 400
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        max_episode_steps: int = 500,
+        sutton_barto_reward: bool = False,
+    ):
+        super().__init__(num_envs, device, seed)
+        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
+            raise EnvConfigError(f"max_episode_steps must be a positive integer, got {max_episode_steps!r}")
+        if not isinstance(sutton_barto_reward, bool):
+            raise EnvConfigError(f"sutton_barto_reward must be true or false, got {sutton_barto_reward!r}")
+        self.max_episode_steps = max_episode_steps
+        self.sutton_barto_reward = sutton_barto_reward
+        high = np.array([POSITION_LIMIT * 2, np.inf, ANGLE_LIMIT_RADIANS * 2, np.inf], dtype=np.float32)
+        self.single_observation_space = gymnasium.spaces.Box(-high, high, dtype=np.float32)
+        self.single_action_space = gymnasium.spaces.Discrete(2)
+        self.state = torch.zeros(num_envs, 4, device=self.device)
+        self.episode_length = torch.zeros(num_envs, device=self.device)
+        self._reset_noise = torch.empty(num_envs, 4, device=self.device)
+        self._screen = None
+        self.reset()
+
+    def _random_start_states(self) -> Tensor:
+        torch.rand(self._reset_noise.shape, generator=self.generator, device=self.device, out=self._reset_noise)
+        return self._reset_noise.mul(2 * RESET_NOISE).sub_(RESET_NOISE)
+
+    def _reset_all(self) -> Tensor:
+        self.state = self._random_start_states()
+        self.episode_length.zero_()
+        return self.state.clone()
+
+    def set_state(self, state: Tensor | np.ndarray, episode_length: Tensor | np.ndarray | None = None) -> None:
+        """Put every env in a given (N, 4) state (tests use it to compare with Gymnasium)."""
+        self.state = torch.as_tensor(state, dtype=torch.float32, device=self.device).reshape(self.num_envs, 4).clone()
+        if episode_length is not None:
+            self.episode_length.copy_(torch.as_tensor(episode_length, dtype=torch.float32).reshape(self.num_envs))
+
+    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        actions = self._discrete_actions(actions)
+        x, x_velocity, angle, angular_velocity = self.state.unbind(1)
+        force = torch.where(actions == 1, FORCE_MAGNITUDE, -FORCE_MAGNITUDE)
+        cos_angle = torch.cos(angle)
+        sin_angle = torch.sin(angle)
+        # The same expressions, in the same order, as gymnasium/envs/classic_control/cartpole.py.
+        temp = (force + POLE_MASS_LENGTH * angular_velocity.square() * sin_angle) / TOTAL_MASS
+        angular_acceleration = (GRAVITY * sin_angle - cos_angle * temp) / (
+            POLE_HALF_LENGTH * (4.0 / 3.0 - POLE_MASS * cos_angle.square() / TOTAL_MASS)
+        )
+        x_acceleration = temp - POLE_MASS_LENGTH * angular_acceleration * cos_angle / TOTAL_MASS
+        final_state = torch.stack(
+            (
+                x + SECONDS_PER_STEP * x_velocity,
+                x_velocity + SECONDS_PER_STEP * x_acceleration,
+                angle + SECONDS_PER_STEP * angular_velocity,
+                angular_velocity + SECONDS_PER_STEP * angular_acceleration,
+            ),
+            dim=1,
+        )
+        new_x, _, new_angle, _ = final_state.unbind(1)
+        terminated = (new_x < -POSITION_LIMIT) | (new_x > POSITION_LIMIT)
+        terminated |= (new_angle < -ANGLE_LIMIT_RADIANS) | (new_angle > ANGLE_LIMIT_RADIANS)
+        self.episode_length.add_(1.0)
+        truncated = self.episode_length >= self.max_episode_steps
+        done = terminated | truncated
+        if self.sutton_barto_reward:
+            reward = torch.where(terminated, -1.0, 0.0)
+        else:
+            reward = torch.ones(self.num_envs, device=self.device)
+        self.stats.update(reward, self.episode_length, done)
+
+        done_column = done.unsqueeze(1)
+        self.state = torch.where(done_column, self._random_start_states(), final_state)
+        self.episode_length.masked_fill_(done, 0.0)
+        return self.state, reward, terminated, truncated, {"final_obs": final_state}
+
+    # Rendering --------------------------------------------------------------------------------
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """A 400 x 600 RGB frame of env `index`, drawn like Gymnasium's CartPole."""
+        index = self._check_render_index(index)
+        state = self.state[index].detach().cpu().numpy().astype(np.float64)
+        return draw_cartpole(state)
+
+    def close(self) -> None:
+        self._screen = None
+
+
+def draw_cartpole(state: np.ndarray, width: int = 600, height: int = 400) -> np.ndarray:
+    """Cart, pole, axle and track for one CartPole state, as an H x W x 3 uint8 array."""
+    pygame = import_pygame()
+    from pygame import gfxdraw
+
+    scale = width / (POSITION_LIMIT * 2)
+    pole_width = 10.0
+    pole_length = scale * (2 * POLE_HALF_LENGTH)
+    cart_width, cart_height = 50.0, 30.0
+    surface = pygame.Surface((width, height))
+    surface.fill((255, 255, 255))
+    left, right, top, bottom = -cart_width / 2, cart_width / 2, cart_height / 2, -cart_height / 2
+    axle_offset = cart_height / 4.0
+    cart_x = state[0] * scale + width / 2.0
+    cart_y = 100  # top of the cart, measured from the bottom (the surface is flipped below)
+    cart = [(left + cart_x, bottom + cart_y), (left + cart_x, top + cart_y),
+            (right + cart_x, top + cart_y), (right + cart_x, bottom + cart_y)]
+    gfxdraw.aapolygon(surface, cart, (0, 0, 0))
+    gfxdraw.filled_polygon(surface, cart, (0, 0, 0))
+    left, right, top, bottom = -pole_width / 2, pole_width / 2, pole_length - pole_width / 2, -pole_width / 2
+    pole = []
+    for corner in [(left, bottom), (left, top), (right, top), (right, bottom)]:
+        rotated = pygame.math.Vector2(corner).rotate_rad(-state[2])
+        pole.append((rotated[0] + cart_x, rotated[1] + cart_y + axle_offset))
+    gfxdraw.aapolygon(surface, pole, (202, 152, 101))
+    gfxdraw.filled_polygon(surface, pole, (202, 152, 101))
+    gfxdraw.aacircle(surface, int(cart_x), int(cart_y + axle_offset), int(pole_width / 2), (129, 132, 203))
+    gfxdraw.filled_circle(surface, int(cart_x), int(cart_y + axle_offset), int(pole_width / 2), (129, 132, 203))
+    gfxdraw.hline(surface, 0, width, cart_y, (0, 0, 0))
+    surface = pygame.transform.flip(surface, False, True)
+    return surface_to_array(surface)

@@ -1,0 +1,201 @@
+"""Names -> environments: `make_vec_env` builds any env the studio can train on.
+
+Built-in (native, batched) names: `cartpole`, `flappy_bird`, `snake`, plus the aliases users
+bring from guides (`CartPole-v1`, `FlappyBird-v0`, `FlappyBirdPygame-v0`, `Snake-v0`...),
+case-insensitive. Anything else is a Gymnasium id (`Acrobot-v1`) or an entry point
+(`package.module:ClassName`) and runs through Gymnasium's own vector envs (`envs/gym_vec.py`).
+The prefix `gym:` forces that adapter even for a built-in (`gym:CartPole-v1`).
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+
+import torch
+
+from envs.base import EnvConfigError, UnknownEnvError, VecEnv
+
+GYM_PREFIX = "gym:"
+
+# canonical name -> "module:Class" of the native batched env
+_NATIVE_ENVS: dict[str, str] = {
+    "cartpole": "envs.cartpole:CartPoleVecEnv",
+    "flappy_bird": "envs.flappy_bird:FlappyBirdVecEnv",
+    "snake": "envs.snake:SnakeVecEnv",
+}
+
+# The Gymnasium id of each built-in, for the adapter (`gym:` prefix, wrappers, vector_env).
+_GYMNASIUM_IDS: dict[str, str] = {
+    "cartpole": "CartPole-v1",
+    "flappy_bird": "FlappyBird-v0",
+    "snake": "Snake-v0",
+}
+
+# lower-case alias -> canonical name
+_ALIASES: dict[str, str] = {
+    "cartpole": "cartpole",
+    "cart_pole": "cartpole",
+    "cart-pole": "cartpole",
+    "cartpole-v1": "cartpole",
+    "flappy_bird": "flappy_bird",
+    "flappybird": "flappy_bird",
+    "flappy-bird": "flappy_bird",
+    "flappy": "flappy_bird",
+    "flappybird-v0": "flappy_bird",
+    "flappybirdpygame-v0": "flappy_bird",
+    "snake": "snake",
+    "snake-v0": "snake",
+}
+
+
+def builtin_env_names() -> list[str]:
+    """The native environments the studio offers: ["cartpole", "flappy_bird", "snake"]."""
+    return list(_NATIVE_ENVS)
+
+
+def builtin_aliases() -> dict[str, str]:
+    """Every accepted spelling of a built-in (lower case) -> its canonical name."""
+    return dict(_ALIASES)
+
+
+def _gymnasium_ids() -> list[str]:
+    import envs.gym_registration  # noqa: F401  (our own ids, FlappyBird-v0 and Snake-v0)
+    import gymnasium
+
+    return list(gymnasium.registry.keys())
+
+
+def _is_entry_point(name: str) -> bool:
+    module, colon, attribute = name.partition(":")
+    return bool(colon) and bool(module) and bool(attribute) and " " not in name
+
+
+def _unknown_name_error(name: str) -> UnknownEnvError:
+    candidates = list(_NATIVE_ENVS) + sorted(set(_ALIASES) - set(_NATIVE_ENVS)) + _gymnasium_ids()
+    lowered = {candidate.lower(): candidate for candidate in candidates}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
+    hint = f" Did you mean {lowered[close[0]]!r}?" if close else ""
+    return UnknownEnvError(
+        f"Unknown environment {name!r}.{hint} Built-in environments: {', '.join(_NATIVE_ENVS)} "
+        f"(aliases: CartPole-v1, FlappyBird-v0, FlappyBirdPygame-v0, Snake-v0). Any registered "
+        f"Gymnasium id (e.g. Acrobot-v1, Pendulum-v1) or an entry point 'package.module:ClassName' "
+        f"also works."
+    )
+
+
+def resolve_env_name(name: str) -> str:
+    """Alias -> canonical name (`CartPole-v1` -> `cartpole`); Gymnasium ids, entry points and
+    `gym:`-prefixed names come back unchanged. Raises UnknownEnvError (with the list of names
+    and the closest match) for anything else."""
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownEnvError(f"environment name must be a non-empty string, got {name!r}")
+    name = name.strip()
+    if name.lower() in _ALIASES:
+        return _ALIASES[name.lower()]
+    if name.startswith(GYM_PREFIX):
+        inner = name[len(GYM_PREFIX):].strip()
+        if not inner:
+            raise UnknownEnvError("'gym:' must be followed by a Gymnasium id, e.g. 'gym:CartPole-v1'")
+        if inner.lower() not in _ALIASES and not _is_entry_point(inner) and inner not in _gymnasium_ids():
+            raise _unknown_name_error(inner)
+        return GYM_PREFIX + inner
+    if _is_entry_point(name) or name in _gymnasium_ids():
+        return name
+    raise _unknown_name_error(name)
+
+
+def _load_entry_point(entry_point: str):
+    module_name, _, attribute = entry_point.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attribute)
+
+
+def _check_env_kwargs(env_class: type, env_kwargs: dict, env_name: str) -> None:
+    parameters = inspect.signature(env_class.__init__).parameters
+    accepted = [p for p in parameters if p not in ("self", "num_envs", "device", "seed")]
+    for key in env_kwargs:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, accepted, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise EnvConfigError(
+                f"{env_name} does not take the option {key!r}.{hint} "
+                f"Options it takes: {', '.join(accepted) or '(none)'}"
+            )
+
+
+def _vectorization_mode(vector_env: bool | str | None, num_workers: int | None) -> str:
+    if isinstance(vector_env, str):
+        mode = vector_env.strip().lower()
+        if mode not in ("sync", "async"):
+            raise EnvConfigError(f"vector_env must be 'sync', 'async', true, false or null, got {vector_env!r}")
+        return mode
+    return "async" if num_workers is not None and num_workers > 1 else "sync"
+
+
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    vector_env: bool | str | None = None,
+    num_workers: int | None = None,
+    wrappers: list[str] | None = None,
+    **env_kwargs,
+) -> VecEnv:
+    """Build `num_envs` copies of environment `name` as one batched `VecEnv` on `device`.
+
+    name: a built-in (`cartpole`, `flappy_bird`, `snake` or an alias), a Gymnasium id, an entry
+        point `package.module:ClassName`, or `gym:<id>` to force Gymnasium's vector env.
+    seed: seeds all randomness (same seed, same trajectories); None draws a fresh seed.
+    vector_env: None/False: native batched env for built-ins, Gymnasium's vector env otherwise.
+        True, 'sync' or 'async': run through Gymnasium's vector env (built-ins use their
+        registered single-env ids), in-process ('sync') or one process per worker ('async';
+        True picks async when num_workers > 1).
+    num_workers: worker processes for the async Gymnasium vector env (default: one per env).
+    wrappers: entry points `package.module:WrapperClass` of `gymnasium.Wrapper`s applied to
+        every single env (built-ins then run through the Gymnasium adapter).
+    env_kwargs: the environment's own options (e.g. `gap_size=120` for flappy_bird); an
+        unknown key raises EnvConfigError naming it.
+    """
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1):
+        raise EnvConfigError(f"num_workers must be a positive integer or None, got {num_workers!r}")
+    if wrappers is not None and (not isinstance(wrappers, (list, tuple)) or not all(isinstance(w, str) for w in wrappers)):
+        raise EnvConfigError(f"wrappers must be a list of entry points 'package.module:Class', got {wrappers!r}")
+    if vector_env is not None and not isinstance(vector_env, (bool, str)):
+        raise EnvConfigError(f"vector_env must be 'sync', 'async', true, false or null, got {vector_env!r}")
+    resolved = resolve_env_name(name)
+    use_adapter = (
+        resolved.startswith(GYM_PREFIX)
+        or resolved not in _NATIVE_ENVS
+        or vector_env is True
+        or isinstance(vector_env, str)
+        or bool(wrappers)
+    )
+    if not use_adapter:
+        module_name, _, class_name = _NATIVE_ENVS[resolved].partition(":")
+        try:
+            env_class = getattr(importlib.import_module(module_name), class_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            raise EnvConfigError(f"{resolved} is not available yet in this version of envs/") from error
+        _check_env_kwargs(env_class, env_kwargs, resolved)
+        return env_class(num_envs=num_envs, device=device, seed=seed, **env_kwargs)
+
+    gym_id = resolved[len(GYM_PREFIX):] if resolved.startswith(GYM_PREFIX) else resolved
+    if gym_id.lower() in _ALIASES:
+        canonical = _ALIASES[gym_id.lower()]
+        gym_id = _GYMNASIUM_IDS[canonical]
+    from envs.gym_vec import GymVecEnv
+
+    return GymVecEnv(
+        gym_id,
+        num_envs=num_envs,
+        device=device,
+        seed=seed,
+        mode=_vectorization_mode(vector_env, num_workers),
+        num_workers=num_workers,
+        wrappers=list(wrappers or []),
+        env_kwargs=env_kwargs,
+    )
