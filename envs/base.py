@@ -66,31 +66,40 @@ class EpisodeStats:
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.history = history
-        zeros = lambda dtype: torch.zeros(num_envs, dtype=dtype, device=self.device)  # noqa: E731
-        # The episode in progress in every env.
-        self.running_return = zeros(torch.float32)
-        self.running_length = zeros(torch.float32)
-        self.running_score = zeros(torch.float32)
-        # Per-env totals of episodes finished since the last drain: elementwise updates are
-        # cheaper than a reduction over the batch every step; drain() sums them.
-        self._finished_count = zeros(torch.float64)
-        self._finished_return = zeros(torch.float64)
-        self._finished_length = zeros(torch.float64)
-        self._finished_score = zeros(torch.float64)
-        self._max_return = torch.full((num_envs,), -math.inf, device=self.device)
-        self._max_score = torch.full((num_envs,), -math.inf, device=self.device)
+        # Rows: return, length, score. One (3, N) tensor so that each update is a few ops.
+        self.running = torch.zeros(3, num_envs, device=self.device)
+        # Per-env totals of the episodes finished since the last drain: elementwise updates
+        # are cheaper than reducing over the batch every step; drain() sums them. float32 is
+        # exact for counts and lengths below 2**24 per env between two drains.
+        self._finished_count = torch.zeros(num_envs, device=self.device)
+        self._finished_sums = torch.zeros(3, num_envs, device=self.device)
+        self._finished_max = torch.full((3, num_envs), -math.inf, device=self.device)
         self._minus_inf = torch.tensor(-math.inf, device=self.device)
-        # Ring buffer of the last `history` finished episodes (return, length, score). Row
-        # `history` is a scratch row that absorbs the writes of envs that did not finish.
-        self._recent = torch.zeros(history + 1, 3, device=self.device)
+        # Ring buffer of the last `history` finished episodes (rows as `running`). Column
+        # `history` is scratch: it absorbs the writes of the unused slots of a step.
+        self._recent = torch.zeros(3, history + 1, device=self.device)
         self._recent_written = torch.zeros((), dtype=torch.int64, device=self.device)
-        self._per_env_scratch = torch.full((num_envs,), history, dtype=torch.int64, device=self.device)
+        self._slot_offsets = torch.arange(history, device=self.device)
+        self._scratch_slot = torch.tensor(history, device=self.device)
+
+    @property
+    def running_return(self) -> Tensor:
+        """(N,) return of the episode in progress in every env."""
+        return self.running[0]
+
+    @property
+    def running_length(self) -> Tensor:
+        """(N,) steps taken in the episode in progress in every env."""
+        return self.running[1]
+
+    @property
+    def running_score(self) -> Tensor:
+        """(N,) game score of the episode in progress in every env."""
+        return self.running[2]
 
     def reset(self) -> None:
         """Forget the episodes in progress (called when the env is reset)."""
-        self.running_return.zero_()
-        self.running_length.zero_()
-        self.running_score.zero_()
+        self.running.zero_()
 
     def update(self, reward: Tensor, score: Tensor, done: Tensor) -> None:
         """Account for one step of every env.
@@ -100,60 +109,47 @@ class EpisodeStats:
         on this step (terminated or truncated); its totals are recorded and its running
         values restart from zero.
         """
-        self.running_return.add_(reward)
-        self.running_length.add_(1.0)
-        self.running_score.copy_(score)
-        done_float = done.to(torch.float64)
+        self.running[0].add_(reward)
+        self.running[1].add_(1.0)
+        self.running[2].copy_(score)
+        done_float = done.to(torch.float32)
         self._finished_count.add_(done_float)
-        self._finished_return.addcmul_(done_float, self.running_return)
-        self._finished_length.addcmul_(done_float, self.running_length)
-        self._finished_score.addcmul_(done_float, self.running_score)
-        torch.maximum(self._max_return, torch.where(done, self.running_return, self._minus_inf), out=self._max_return)
-        torch.maximum(self._max_score, torch.where(done, self.running_score, self._minus_inf), out=self._max_score)
+        self._finished_sums.addcmul_(self.running, done_float)
+        torch.maximum(self._finished_max, torch.where(done, self.running, self._minus_inf), out=self._finished_max)
         self._record_recent(done)
-        keep = (~done).to(torch.float32)
-        self.running_return.mul_(keep)
-        self.running_length.mul_(keep)
-        self.running_score.mul_(keep)
+        self.running.mul_(1.0 - done_float)
 
     def _record_recent(self, done: Tensor) -> None:
-        # Finished envs, in env order, take the next ring slots; when more than `history`
-        # finish in one step only the last `history` are kept, so slots never collide.
-        done_int = done.to(torch.int64)
-        order = torch.cumsum(done_int, 0)  # 1-based rank among this step's finished envs
-        finished_now = order[-1]
-        keep = done & (order > finished_now - self.history)
-        slot = torch.remainder(self._recent_written + order - 1, self.history)
-        slot = torch.where(keep, slot, self._per_env_scratch)
-        values = torch.stack((self.running_return, self.running_length, self.running_score), dim=1)
-        self._recent.index_put_((slot,), values)
-        self._recent_written.add_(finished_now)
+        # Up to `history` finished envs (a fixed-size nonzero, so no host sync) take the next
+        # ring slots; unused slots write into the scratch column.
+        finished_envs = torch.nonzero_static(done, size=self.history, fill_value=-1).squeeze(1)
+        used = finished_envs >= 0
+        slots = torch.remainder(self._recent_written + self._slot_offsets, self.history)
+        slots = torch.where(used, slots, self._scratch_slot)
+        self._recent[:, slots] = self.running[:, finished_envs.clamp(min=0)]
+        self._recent_written.add_(used.sum())
 
     def drain(self) -> EpisodeSummary:
         """Summarise the episodes finished since the last drain (one host sync) and restart."""
-        totals = torch.stack(
+        totals = torch.cat(
             (
-                self._finished_count.sum(),
-                self._finished_return.sum(),
-                self._finished_length.sum(),
-                self._finished_score.sum(),
-                self._max_return.max().double(),
-                self._max_score.max().double(),
-                self._recent_written.double(),
+                self._finished_count.sum(dtype=torch.float64).reshape(1),
+                self._finished_sums.sum(dim=1, dtype=torch.float64),
+                self._finished_max.amax(dim=1).double(),
+                self._recent_written.double().reshape(1),
+                self._recent[:, : self.history].double().flatten(),
             )
         )
-        recent = self._recent[: self.history].double()
-        host = torch.cat((totals, recent.flatten())).cpu().numpy()
-        count, sum_return, sum_length, sum_score, max_return, max_score, written = host[:7].tolist()
-        recent_rows = host[7:].reshape(self.history, 3)[: int(min(written, self.history))]
+        host = totals.cpu().numpy()  # the one host sync
+        count = int(round(host[0]))
+        sum_return, sum_length, sum_score = host[1:4].tolist()
+        max_return, _, max_score = host[4:7].tolist()
+        written = int(round(host[7]))
+        recent = host[8:].reshape(3, self.history)[:, : min(written, self.history)]
         self._finished_count.zero_()
-        self._finished_return.zero_()
-        self._finished_length.zero_()
-        self._finished_score.zero_()
-        self._max_return.fill_(-math.inf)
-        self._max_score.fill_(-math.inf)
-        count = int(round(count))
-        has_recent = len(recent_rows) > 0
+        self._finished_sums.zero_()
+        self._finished_max.fill_(-math.inf)
+        has_recent = recent.shape[1] > 0
         return EpisodeSummary(
             count=count,
             return_mean=sum_return / count if count else None,
@@ -161,10 +157,35 @@ class EpisodeStats:
             score_mean=sum_score / count if count else None,
             return_max=max_return if count else None,
             score_max=max_score if count else None,
-            recent_return_mean=float(recent_rows[:, 0].mean()) if has_recent else None,
-            recent_score_mean=float(recent_rows[:, 2].mean()) if has_recent else None,
-            recent_length_mean=float(recent_rows[:, 1].mean()) if has_recent else None,
+            recent_return_mean=float(recent[0].mean()) if has_recent else None,
+            recent_score_mean=float(recent[2].mean()) if has_recent else None,
+            recent_length_mean=float(recent[1].mean()) if has_recent else None,
         )
+
+
+class UniformNoise:
+    """Up to 4 uniform values per env from one 64-bit random draw per env.
+
+    Resets need fresh random numbers every step for every env (only the finished ones use
+    them, but picking those out would need a host sync). Drawing one int64 per env and
+    cutting it into four 15-bit fields costs about half of `torch.rand(4, N)` on a CPU; the
+    values are uniform on a grid of 2**15 points, fine enough for start states and spawns.
+    """
+
+    FIELD_BITS = 15
+
+    def __init__(self, num_envs: int, generator: torch.Generator, device: torch.device):
+        self.generator = generator
+        self._bits = torch.empty(num_envs, dtype=torch.int64, device=device)
+        shifts = torch.arange(4, device=device, dtype=torch.int64) * self.FIELD_BITS
+        self._shifts = shifts.reshape(4, 1)
+
+    def draw(self, num_fields: int, low: float = 0.0, high: float = 1.0) -> Tensor:
+        """(num_fields, N) float32 values uniform in [low, high)."""
+        self._bits.random_(generator=self.generator)
+        fields = (self._bits >> self._shifts[:num_fields]).bitwise_and_((1 << self.FIELD_BITS) - 1)
+        scale = (high - low) / (1 << self.FIELD_BITS)
+        return fields.to(torch.float32).mul_(scale).add_(low)
 
 
 def resolve_device(device: torch.device | str) -> torch.device:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, VecEnv
+from envs.base import EnvConfigError, UniformNoise, VecEnv
 from envs.rendering import import_pygame, surface_to_array
 
 GRAVITY = 9.8
@@ -70,18 +70,18 @@ class CartPoleVecEnv(VecEnv):
         self.single_action_space = gymnasium.spaces.Discrete(2)
         self.state = torch.zeros(num_envs, 4, device=self.device)
         self.episode_length = torch.zeros(num_envs, device=self.device)
-        self._reset_noise = torch.empty(num_envs, 4, device=self.device)
+        self._noise = UniformNoise(num_envs, self.generator, self.device)
         self._screen = None
         self.reset()
 
     def _random_start_states(self) -> Tensor:
-        torch.rand(self._reset_noise.shape, generator=self.generator, device=self.device, out=self._reset_noise)
-        return self._reset_noise.mul(2 * RESET_NOISE).sub_(RESET_NOISE)
+        """(4, N) fresh start states, uniform in (-0.05, 0.05), one column per env."""
+        return self._noise.draw(4, -RESET_NOISE, RESET_NOISE)
 
     def _reset_all(self) -> Tensor:
-        self.state = self._random_start_states()
+        self.state = self._random_start_states().t().contiguous()
         self.episode_length.zero_()
-        return self.state.clone()
+        return self.state
 
     def set_state(self, state: Tensor | np.ndarray, episode_length: Tensor | np.ndarray | None = None) -> None:
         """Put every env in a given (N, 4) state (tests use it to compare with Gymnasium)."""
@@ -91,28 +91,25 @@ class CartPoleVecEnv(VecEnv):
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         actions = self._discrete_actions(actions)
+        # Every step writes new tensors (the caller may keep the ones returned last time).
         x, x_velocity, angle, angular_velocity = self.state.unbind(1)
-        force = torch.where(actions == 1, FORCE_MAGNITUDE, -FORCE_MAGNITUDE)
+        force = actions.to(torch.float32).mul_(2 * FORCE_MAGNITUDE).sub_(FORCE_MAGNITUDE)  # 0 -> -10, 1 -> +10
         cos_angle = torch.cos(angle)
         sin_angle = torch.sin(angle)
         # The same expressions, in the same order, as gymnasium/envs/classic_control/cartpole.py.
-        temp = (force + POLE_MASS_LENGTH * angular_velocity.square() * sin_angle) / TOTAL_MASS
-        angular_acceleration = (GRAVITY * sin_angle - cos_angle * temp) / (
-            POLE_HALF_LENGTH * (4.0 / 3.0 - POLE_MASS * cos_angle.square() / TOTAL_MASS)
+        temp = force.add_(POLE_MASS_LENGTH * angular_velocity.square() * sin_angle).div_(TOTAL_MASS)
+        angular_acceleration = (GRAVITY * sin_angle).sub_(cos_angle * temp).div_(
+            cos_angle.square().mul_(POLE_MASS).div_(TOTAL_MASS).neg_().add_(4.0 / 3.0).mul_(POLE_HALF_LENGTH)
         )
-        x_acceleration = temp - POLE_MASS_LENGTH * angular_acceleration * cos_angle / TOTAL_MASS
-        final_state = torch.stack(
-            (
-                x + SECONDS_PER_STEP * x_velocity,
-                x_velocity + SECONDS_PER_STEP * x_acceleration,
-                angle + SECONDS_PER_STEP * angular_velocity,
-                angular_velocity + SECONDS_PER_STEP * angular_acceleration,
-            ),
-            dim=1,
-        )
-        new_x, _, new_angle, _ = final_state.unbind(1)
-        terminated = (new_x < -POSITION_LIMIT) | (new_x > POSITION_LIMIT)
-        terminated |= (new_angle < -ANGLE_LIMIT_RADIANS) | (new_angle > ANGLE_LIMIT_RADIANS)
+        x_acceleration = temp.sub_((POLE_MASS_LENGTH * angular_acceleration).mul_(cos_angle).div_(TOTAL_MASS))
+        final_state = torch.empty_like(self.state)
+        new_x, new_x_velocity, new_angle, new_angular_velocity = final_state.unbind(1)
+        torch.add(x, SECONDS_PER_STEP * x_velocity, out=new_x)
+        torch.add(x_velocity, SECONDS_PER_STEP * x_acceleration, out=new_x_velocity)
+        torch.add(angle, SECONDS_PER_STEP * angular_velocity, out=new_angle)
+        torch.add(angular_velocity, SECONDS_PER_STEP * angular_acceleration, out=new_angular_velocity)
+
+        terminated = (new_x.abs() > POSITION_LIMIT).logical_or_(new_angle.abs() > ANGLE_LIMIT_RADIANS)
         self.episode_length.add_(1.0)
         truncated = self.episode_length >= self.max_episode_steps
         done = terminated | truncated
@@ -122,10 +119,14 @@ class CartPoleVecEnv(VecEnv):
             reward = torch.ones(self.num_envs, device=self.device)
         self.stats.update(reward, self.episode_length, done)
 
-        done_column = done.unsqueeze(1)
-        self.state = torch.where(done_column, self._random_start_states(), final_state)
-        self.episode_length.masked_fill_(done, 0.0)
-        return self.state, reward, terminated, truncated, {"final_obs": final_state}
+        # Auto-reset: finished envs start again from a random state; the rest carry on.
+        start_states = self._random_start_states()
+        obs = torch.empty_like(final_state)
+        for column, (start, final) in enumerate(zip(start_states, final_state.unbind(1))):
+            torch.where(done, start, final, out=obs[:, column])  # 4 columns, not a loop over envs
+        self.episode_length.mul_((~done).to(torch.float32))
+        self.state = obs
+        return obs, reward, terminated, truncated, {"final_obs": final_state}
 
     # Rendering --------------------------------------------------------------------------------
 
