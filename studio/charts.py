@@ -34,7 +34,7 @@ DIAGNOSTICS = (
 _LAYOUT = dict(
     template="plotly_white",
     margin=dict(l=55, r=20, t=50, b=45),
-    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     hovermode="x unified",
     font=dict(size=12),
 )

@@ -1,0 +1,90 @@
+"""RL Studio: train game-playing agents in your browser.
+
+    python app.py                        # http://127.0.0.1:7860
+    python app.py --host 0.0.0.0 --auth alice:secret --runs-dir /data/runs
+
+Flags are documented in docs/readme/studio.md and by `python app.py --help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def parse_auth(text: str | None) -> tuple[str, str] | None:
+    """'user:password' -> ('user', 'password'); None or '' -> None."""
+    if not text:
+        return None
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password:
+        raise argparse.ArgumentTypeError(
+            f"--auth expects user:password (e.g. --auth alice:s3cret), got {text!r}")
+    return user, password
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python app.py",
+        description="RL Studio: configure, launch and watch reinforcement-learning runs in the browser.",
+    )
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only; "
+                             "0.0.0.0 opens it to the network, use --auth then)")
+    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--runs-dir", default="runs", help="folder of run directories (default ./runs)")
+    parser.add_argument("--auth", type=parse_auth, default=os.environ.get("RL_STUDIO_AUTH") or None,
+                        metavar="USER:PASSWORD",
+                        help="require this login (default: the RL_STUDIO_AUTH environment variable, if set)")
+    parser.add_argument("--max-concurrent-runs", type=positive_int, default=2, metavar="N",
+                        help="how many runs may train at once (default 2)")
+    parser.add_argument("--allow-custom-envs", action="store_true",
+                        help="accept package.module:Class environments and wrappers from the web form "
+                             "(this imports and runs that code on the server)")
+    parser.add_argument("--poll-seconds", type=float, default=1.0,
+                        help="how often an open page refreshes a running run (default 1 s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0.2 <= args.poll_seconds <= 2.0:
+        parser.error(f"--poll-seconds must be between 0.2 and 2, got {args.poll_seconds}")
+    if args.host not in LOCAL_HOSTS and args.auth is None:
+        print(
+            f"WARNING: listening on {args.host} without --auth: anyone who can reach this machine "
+            "can start runs on it and download its models. Add --auth user:password "
+            "(or set RL_STUDIO_AUTH).",
+            file=sys.stderr,
+        )
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+    # Imported here, not at the top: spawned trainer processes re-import __main__, and must not
+    # pay for (or start) gradio.
+    from studio.ui import launch
+
+    launch(
+        host=args.host, port=args.port, runs_dir=args.runs_dir, auth=args.auth,
+        max_concurrent_runs=args.max_concurrent_runs, allow_custom_envs=args.allow_custom_envs,
+        poll_seconds=args.poll_seconds,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""What the page shows about a run, as plain values: status line, table rows, captions, CSV.
+
+Pure functions of a `RunSnapshot` (no gradio), so they are tested directly and shared by the
+Train tab, the Runs tab and the API.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from studio.runs import GifInfo, RunSnapshot
+
+METRIC_COLUMNS = (
+    "step", "update", "time", "elapsed", "fps", "episodes", "episode_return_mean",
+    "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
+    "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate",
+)
+RUNS_TABLE_HEADERS = ["run", "env", "model", "status", "steps", "best return", "last return", "wall time"]
+STATUS_LABELS = {
+    "starting": "starting…", "running": "training", "stopping": "stopping… (saving the model)",
+    "finished": "finished", "stopped": "stopped", "failed": "failed", "interrupted": "interrupted",
+}
+
+
+def format_duration(seconds: float | None) -> str:
+    """12.3 -> '0:12', 3725 -> '1:02:05'."""
+    if seconds is None or seconds != seconds:
+        return "–"
+    total = int(round(max(0.0, seconds)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_number(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def status_html(run: RunSnapshot | None) -> str:
+    """The status line: state, step / total, speed, elapsed, ETA, a progress bar, and errors."""
+    if run is None:
+        return (
+            '<div class="run-status idle"><span class="badge idle">no run</span>'
+            "Pick a game and a model on the left, then press <b>Start</b>.</div>"
+        )
+    total = f" / {run.total_timesteps:,}" if run.total_timesteps else ""
+    facts = [
+        f"step <b>{run.step:,}</b>{total}",
+        f"{format_number(run.fps, 0)} steps/s" if run.fps else None,
+        f"elapsed {format_duration(run.wall_seconds)}",
+        f"ETA {format_duration(run.eta_seconds)}" if run.eta_seconds is not None else None,
+        f"return {format_number(run.last_return)}" if run.last_return is not None else None,
+        f"on {html.escape(run.device)}" if run.device else None,
+    ]
+    label = STATUS_LABELS.get(run.status, run.status)
+    parts = [
+        f'<div class="run-status {html.escape(run.status)}">',
+        f'<div class="status-row"><span class="badge {html.escape(run.status)}">{html.escape(label)}</span>',
+        f'<span class="run-name">{html.escape(run.run_id)}</span>',
+        f'<span class="facts">{" · ".join(fact for fact in facts if fact)}</span></div>',
+        f'<div class="progress"><div class="progress-fill" style="width:{run.progress * 100:.1f}%"></div></div>',
+    ]
+    if run.error_message:
+        parts.append(f'<div class="run-error">{html.escape(run.error_message)}</div>')
+    if run.error_traceback:
+        parts.append(f'<pre class="run-traceback">{html.escape(run.error_traceback)}</pre>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
+    """One row per run, in RUNS_TABLE_HEADERS order."""
+    return [
+        [
+            run.run_id,
+            run.env_name,
+            run.model_type,
+            run.status,
+            run.step,
+            _rounded(run.best_return),
+            _rounded(run.last_return),
+            format_duration(run.wall_seconds),
+        ]
+        for run in runs
+    ]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def gif_caption(gif: GifInfo | None) -> str:
+    if gif is None:
+        return "Rollout (the first GIF comes after the first updates)"
+    facts = [f"step {gif.step:,}"]
+    if gif.episode_return is not None:
+        facts.append(f"return {format_number(gif.episode_return)}")
+    if gif.episode_score is not None:
+        facts.append(f"score {format_number(gif.episode_score, 0)}")
+    return "Rollout at " + " · ".join(facts)
+
+
+def log_text(run: RunSnapshot, lines: int = 200) -> str:
+    return "\n".join(run.log_tail[-lines:])
+
+
+def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:
+    """What num_envs, num_steps and mini_batch_size add up to, under the form."""
+    try:
+        envs, steps = int(num_envs), int(num_steps)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "batch per update = num_envs × num_steps"
+    batch = envs * steps
+    note = f"batch per update = {envs:,} × {steps:,} = **{batch:,}** samples"
+    try:
+        mini = int(mini_batch_size)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return note
+    if mini > 0 and batch % mini == 0:
+        note += f", {batch // mini} minibatches of {mini:,}"
+    elif mini > 0:
+        note += f" — mini_batch_size {mini:,} does not divide it"
+    return note
+
+
+def metrics_csv_text(metrics: Sequence[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=METRIC_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for event in metrics:
+        writer.writerow({key: "" if event.get(key) is None else event.get(key) for key in METRIC_COLUMNS})
+    return buffer.getvalue()
+
+
+def write_metrics_csv(run: RunSnapshot) -> str:
+    """Write `<run_dir>/metrics.csv` (atomically) from the run's metrics; return its path."""
+    path = Path(run.run_dir) / "metrics.csv"
+    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".metrics.csv.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as tmp_file:
+            tmp_file.write(metrics_csv_text(run.metrics))
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return str(path)
+
+
+def run_summary(run: RunSnapshot) -> dict:
+    """The run as plain JSON, for the /poll API."""
+    last_metrics = run.metrics[-1] if run.metrics else None
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "env_name": run.env_name,
+        "model_type": run.model_type,
+        "device": run.device,
+        "step": run.step,
+        "total_timesteps": run.total_timesteps,
+        "progress": round(run.progress, 4),
+        "fps": run.fps,
+        "elapsed_seconds": round(run.wall_seconds, 2),
+        "eta_seconds": None if run.eta_seconds is None else round(run.eta_seconds, 1),
+        "last_return": run.last_return,
+        "best_return": run.best_return,
+        "updates": len(run.metrics),
+        "last_metrics": last_metrics,
+        "latest_gif_step": run.latest_gif.step if run.latest_gif else None,
+        "final_model": Path(run.final_model).name if run.final_model else None,
+        "error": run.error_message,
+        "traceback_tail": run.error_traceback,
+        "log_tail": run.log_tail[-20:],
+    }
