@@ -1,0 +1,32 @@
+"""RL Studio's training engine: PPO / A2C on batched environments, headless or in the studio.
+
+    from trainer import load_model
+    model = load_model("runs/<run>/cartpole_ppo_final.pth")
+    action, _ = model.predict(obs, deterministic=True)
+
+    from trainer import load_config, train
+    result = train(load_config("configs/cartpole.yaml"), "runs/my-run")
+
+Imports are lazy: `import trainer` costs nothing until a name is used.
+"""
+from __future__ import annotations
+
+__all__ = ["load_model", "load_config", "train", "TrainConfig", "ConfigError", "CheckpointError", "evaluate"]
+
+_LOCATIONS = {
+    "load_model": "trainer.checkpoint",
+    "CheckpointError": "trainer.checkpoint",
+    "load_config": "trainer.config",
+    "TrainConfig": "trainer.config",
+    "ConfigError": "trainer.config",
+    "train": "trainer.loop",
+    "evaluate": "trainer.evaluate",
+}
+
+
+def __getattr__(name: str):
+    if name in _LOCATIONS:
+        import importlib
+
+        return getattr(importlib.import_module(_LOCATIONS[name]), name)
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

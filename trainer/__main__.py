@@ -1,0 +1,179 @@
+"""Command line:
+
+    python -m trainer --config configs/cartpole.yaml [--set key=value ...] [--runs-dir runs | --run-dir DIR]
+    python -m trainer --resume runs/<run_id> [--set total_timesteps=2_000_000]
+    python -m trainer evaluate runs/<run_id>/cartpole_ppo_final.pth --episodes 100 [--gif play.gif]
+    torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
+
+Ctrl-C stops after the current update and saves a checkpoint and the final model (press it
+again to abort at once). On a terminal a progress bar shows steps, FPS, mean return and ETA
+beside the log lines; piped to a file, only the log lines are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_train_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train a PPO / A2C agent from a YAML config. "
+                    "(`python -m trainer evaluate MODEL.pth` plays a trained model.)")
+    parser.add_argument("--config", "-c", help="YAML config file, e.g. configs/cartpole.yaml")
+    parser.add_argument("--set", "-s", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value (repeatable), e.g. --set learning_rate=1e-3 "
+                             "--set checkpoint.interval=20")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--runs-dir", default="runs", help="folder for new run directories (default: runs)")
+    where.add_argument("--run-dir", help="use exactly this run directory")
+    parser.add_argument("--resume", metavar="RUN_DIR",
+                        help="continue the run in RUN_DIR from its newest checkpoint (its config.yaml is used "
+                             "unless --config is given; --set still applies)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors (train.log has it all)")
+    return parser
+
+
+def build_evaluate_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer evaluate",
+                                     description="Play a trained model and print the mean and std of return and score.")
+    parser.add_argument("model", help="a .pth written by the trainer (final model or checkpoint)")
+    parser.add_argument("--episodes", "-n", type=int, default=10, help="episodes to play (default 10)")
+    parser.add_argument("--gif", help="also write the first episode as an animated GIF here")
+    parser.add_argument("--num-envs", type=int, default=None, help="envs played in parallel (default: up to 64)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely")
+    parser.add_argument("--max-episode-steps", type=int, default=100_000,
+                        help="cut an episode after this many steps (default 100000)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "evaluate":
+        return evaluate_command(argv[1:])
+    if argv and argv[0] == "train":
+        argv = argv[1:]
+    return train_command(argv)
+
+
+def evaluate_command(argv: list[str]) -> int:
+    args = build_evaluate_parser().parse_args(argv)
+    from trainer.checkpoint import CheckpointError
+    from trainer.evaluate import evaluate
+
+    try:
+        result = evaluate(args.model, episodes=args.episodes, num_envs=args.num_envs, device=args.device,
+                          seed=args.seed, deterministic=not args.stochastic, gif_path=args.gif,
+                          max_episode_steps=args.max_episode_steps)
+    except (CheckpointError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"model:    {args.model}")
+    print(result.summary())
+    return EXIT_OK
+
+
+class StopFlag:
+    """First Ctrl-C (or SIGTERM): stop after this update, saving; second Ctrl-C: abort now."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nStopping after this update and saving (Ctrl-C again to abort now)...", file=sys.stderr, flush=True)
+
+
+def train_command(argv: list[str]) -> int:
+    parser = build_train_parser()
+    args = parser.parse_args(argv)
+    from trainer.config import ConfigError, load_config
+
+    config_path = args.config
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not run_dir.is_dir():
+            print(f"error: --resume {args.resume}: no such run directory", file=sys.stderr)
+            return EXIT_USAGE
+        if config_path is None:
+            config_path = run_dir / "config.yaml"
+            if not config_path.is_file():
+                print(f"error: {config_path} is missing, so the run's config is unknown; pass --config too",
+                      file=sys.stderr)
+                return EXIT_USAGE
+    elif config_path is None and not args.overrides:
+        parser.print_usage(sys.stderr)
+        print("error: give --config FILE.yaml (e.g. configs/cartpole.yaml), --set KEY=VALUE, or --resume RUN_DIR",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        config = load_config(config_path, args.overrides)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from trainer.distributed import setup_distributed, shutdown_distributed
+    from trainer.loop import ResumeError, _device_type, train
+    from trainer.run_dir import create_run_dir
+
+    context = setup_distributed(config.backend, _device_type(config))
+    is_main = context is None or context.is_main
+    if args.resume:
+        run_dir = Path(args.resume).resolve()
+    elif args.run_dir:
+        run_dir = Path(args.run_dir).resolve()
+    else:
+        run_dir = create_run_dir(config, args.runs_dir) if is_main else None
+    if context is not None:
+        run_dir = Path(context.broadcast_object(str(run_dir)))
+
+    sinks = []
+    if is_main and not args.quiet:
+        from trainer.events import LogSink, ProgressBarSink
+
+        if sys.stdout.isatty() and not args.no_progress:
+            sinks.append(ProgressBarSink(total=config.total_timesteps, log_interval=config.log_interval))
+        else:
+            sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
+    stop = StopFlag()
+    stop.install()
+    try:
+        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume))
+    except (ConfigError, ResumeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("aborted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - reported as an event and in train.log already
+        print(f"error: training failed: {type(error).__name__}: {error} (details in {run_dir / 'train.log'})",
+              file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if context is not None:
+            shutdown_distributed()
+    if is_main and not args.quiet and result.final_model is not None:
+        print(f"Run directory: {result.run_dir}")
+        print(f"Use the model:  from trainer import load_model; "
+              f"model = load_model({str(result.final_model)!r}); action, _ = model.predict(obs)")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Training on several processes with torch.distributed (torchrun), CPU (gloo) or GPUs (nccl).
+
+    torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
+    torchrun --nnodes 2 --node_rank 0 --master_addr HOST --master_port 29500 \\
+             --nproc_per_node 4 -m trainer --config configs/flappy_bird.yaml
+
+Every rank (process) runs its own `num_envs` envs seeded `seed + rank`, computes gradients on
+its own rollouts, and all ranks average their gradients with one all-reduce per gradient step,
+so the weights stay identical everywhere (rank 0's initial weights are broadcast first). The
+batch per update is therefore `world_size x batch_size`, and `total_timesteps` counts the
+steps of all ranks together. Observation / reward statistics are merged across ranks. Rank 0
+alone writes the run directory (config, events, checkpoints, GIFs, the final model) and polls
+the stop signal, which it shares with the others once per update.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class DistributedContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce_sum_(self, tensor: Tensor) -> Tensor:
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def all_reduce_mean_(self, tensor: Tensor) -> Tensor:
+        self.all_reduce_sum_(tensor)
+        tensor.div_(self.world_size)
+        return tensor
+
+    def broadcast_module_(self, module: nn.Module) -> None:
+        """Give every rank rank 0's parameters and buffers."""
+        import torch.distributed as dist
+
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor.data, src=0)
+
+    def broadcast_object(self, value):
+        import torch.distributed as dist
+
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def any_rank(self, flag: bool, device: torch.device) -> bool:
+        """True on every rank when `flag` is True on at least one (used for the stop signal)."""
+        tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+        self.all_reduce_sum_(tensor)
+        return bool(tensor.item() > 0)
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def launched_distributed() -> bool:
+    """True when started by torchrun (or torch.distributed.launch) with more than one process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def setup_distributed(backend: str = "auto", device_type: str | None = None) -> DistributedContext | None:
+    """Join the process group described by torchrun's environment variables (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT); None when running as a single process."""
+    if not launched_distributed():
+        return None
+    import torch.distributed as dist
+
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend == "auto":
+        backend = "nccl" if device_type == "cuda" else "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise RuntimeError("backend nccl needs CUDA GPUs; use backend: gloo (or auto) on CPU machines")
+    if not dist.is_initialized():
+        missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+        if missing:
+            raise RuntimeError(f"WORLD_SIZE is set but {', '.join(missing)} is not: start distributed runs "
+                               f"with torchrun (e.g. torchrun --nproc_per_node 2 -m trainer --config ...)")
+        dist.init_process_group(backend=backend)
+    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                              local_rank=int(os.environ.get("LOCAL_RANK", dist.get_rank())),
+                              backend=dist.get_backend())
+
+
+def shutdown_distributed() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

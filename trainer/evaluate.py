@@ -1,0 +1,160 @@
+"""Play a trained model for a number of episodes and report return and score.
+
+    python -m trainer evaluate runs/<run>/cartpole_ppo_final.pth --episodes 100 --gif play.gif
+
+    from trainer.evaluate import evaluate
+    result = evaluate("runs/<run>/cartpole_ppo_final.pth", episodes=100)
+    result.return_mean, result.return_std, result.score_mean
+
+Episodes run in parallel on a batch of envs; env i plays its share of the episodes, so short
+episodes are not over-counted (as in Stable-Baselines3's evaluate_policy).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from trainer.checkpoint import TrainedModel, load_model
+
+
+@dataclass
+class EvaluationResult:
+    returns: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    cut_episodes: int = 0          # episodes stopped at max_episode_steps
+    gif_path: Path | None = None
+
+    @property
+    def episodes(self) -> int:
+        return len(self.returns)
+
+    @staticmethod
+    def _mean_std(values: list[float]) -> tuple[float, float]:
+        if not values:
+            return float("nan"), float("nan")
+        return statistics.fmean(values), statistics.pstdev(values)
+
+    @property
+    def return_mean(self) -> float:
+        return self._mean_std(self.returns)[0]
+
+    @property
+    def return_std(self) -> float:
+        return self._mean_std(self.returns)[1]
+
+    @property
+    def score_mean(self) -> float:
+        return self._mean_std(self.scores)[0]
+
+    @property
+    def score_std(self) -> float:
+        return self._mean_std(self.scores)[1]
+
+    def summary(self) -> str:
+        lines = [
+            f"episodes: {self.episodes}" + (f" ({self.cut_episodes} cut at the step limit)" if self.cut_episodes else ""),
+            f"return:   {self.return_mean:.2f} +/- {self.return_std:.2f} (min {min(self.returns):.2f}, "
+            f"max {max(self.returns):.2f})",
+            f"score:    {self.score_mean:.2f} +/- {self.score_std:.2f} (min {min(self.scores):.2f}, "
+            f"max {max(self.scores):.2f})",
+            f"length:   {statistics.fmean(self.lengths):.1f} steps on average",
+        ]
+        if self.gif_path is not None:
+            lines.append(f"gif:      {self.gif_path}")
+        return "\n".join(lines)
+
+
+def _record_final_values(env) -> dict[str, Tensor]:
+    """Wrap `env.stats.update` so the return, length and score of each finishing episode are
+    kept per env (EpisodeStats itself only keeps totals)."""
+    stats = env.stats
+    final = {"return": torch.zeros(env.num_envs, device=env.device),
+             "length": torch.zeros(env.num_envs, device=env.device),
+             "score": torch.zeros(env.num_envs, device=env.device)}
+    original_update = stats.update
+
+    def update(reward: Tensor, score: Tensor, done: Tensor) -> None:
+        final["return"] = torch.where(done, stats.running_return + reward, final["return"])
+        final["length"] = torch.where(done, stats.running_length + 1, final["length"])
+        final["score"] = torch.where(done, score.to(torch.float32), final["score"])
+        original_update(reward, score, done)
+
+    stats.update = update
+    return final
+
+
+@torch.no_grad()
+def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int | None = None,
+             device: str = "cpu", seed: int = 0, deterministic: bool = True, gif_path: str | Path | None = None,
+             gif_max_frames: int = 1000, max_episode_steps: int = 100_000, env_name: str | None = None,
+             env_kwargs: dict | None = None) -> EvaluationResult:
+    """Play `episodes` episodes with the model on the env it was trained on (or `env_name`)."""
+    from envs import make_vec_env
+
+    from trainer.gif import write_gif
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be a positive integer, got {episodes}")
+    if not isinstance(model, TrainedModel):
+        model = load_model(model, device=device)
+    if model.device.type == "cpu" and model.spec["model_type"] != "ppo-cnn":
+        torch.set_num_threads(1)  # small MLPs: extra threads only spin
+    config = model.config
+    num_envs = num_envs or min(episodes, 64)
+    env = make_vec_env(env_name or config["env_name"], num_envs, device=model.device, seed=seed,
+                       wrappers=config.get("wrappers") or None,
+                       **(env_kwargs if env_kwargs is not None else config.get("env_kwargs", {})))
+    try:
+        final = _record_final_values(env)
+        policy = model.policy
+        targets = [(episodes + index) // num_envs for index in range(num_envs)]
+        counts = [0] * num_envs
+        current_length = np.zeros(num_envs, dtype=np.int64)
+        skip_rest_of_episode = [False] * num_envs  # after a cut episode, until that episode really ends
+        result = EvaluationResult()
+        frames: list[np.ndarray] = []
+        recording = gif_path is not None
+        obs = env.reset(seed=seed)
+        while any(count < target for count, target in zip(counts, targets)):
+            if recording:
+                frames.append(env.render(0))
+            action, _, _ = policy.act(policy.normalize_obs(obs), deterministic=deterministic)
+            obs, reward, terminated, truncated, _ = env.step(policy.env_action(action))
+            current_length += 1
+            done = (terminated | truncated).cpu().numpy()
+            if done.any():
+                values = {key: tensor.cpu().numpy() for key, tensor in final.items()}
+                for index in np.flatnonzero(done):
+                    if index == 0:
+                        recording = False
+                    if skip_rest_of_episode[index]:
+                        skip_rest_of_episode[index] = False
+                    elif counts[index] < targets[index]:
+                        counts[index] += 1
+                        result.returns.append(float(values["return"][index]))
+                        result.lengths.append(int(values["length"][index]))
+                        result.scores.append(float(values["score"][index]))
+                    current_length[index] = 0
+            for index in np.flatnonzero(current_length >= max_episode_steps):
+                if counts[index] < targets[index] and not skip_rest_of_episode[index]:
+                    counts[index] += 1
+                    result.cut_episodes += 1
+                    result.returns.append(float(env.stats.running_return[index]))
+                    result.lengths.append(int(current_length[index]))
+                    result.scores.append(float(env.stats.running_score[index]))
+                    skip_rest_of_episode[index] = True
+                    if index == 0:
+                        recording = False
+            if recording and len(frames) >= gif_max_frames:
+                recording = False
+        if gif_path is not None and frames:
+            result.gif_path = write_gif(frames, gif_path, fps=int(getattr(env, "metadata", {}).get("render_fps", 30)))
+        return result
+    finally:
+        env.close()

@@ -1,0 +1,297 @@
+"""Events: every metric, log line, checkpoint, GIF, error and the end of a run is one event, a
+JSON-serialisable dict with `type` and `time`, sent to every sink.
+
+Schema (docs/architecture.md; the studio reads it):
+
+    start       run_id, config, device, total_timesteps, resumed_from_step (null on a fresh run)
+    metrics     step, update, fps, elapsed, episodes, episode_return_mean, episode_length_mean,
+                episode_score_mean, recent_return_mean, policy_loss, value_loss, entropy,
+                approx_kl, clip_fraction, explained_variance, learning_rate
+                (+ recent_score_mean, recent_length_mean, episode_return_max, episode_score_max,
+                episodes_this_update, total_timesteps)
+    log         level (info / warning / error), message
+    checkpoint  step, path
+    gif         step, path, episode_return, episode_score, frames
+    model       step, path
+    error       message, traceback
+    end         status (finished / stopped / failed), step, final_model
+
+Sinks: `JsonlSink` (metrics.jsonl), `LogSink` (train.log, the console), `QueueSink` (the
+studio's live channel), `TensorBoardSink` (optional), `ProgressBarSink` (the CLI on a terminal).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "start": ("run_id", "config", "device", "total_timesteps", "resumed_from_step"),
+    "metrics": ("step", "update", "fps", "elapsed", "episodes", "episode_return_mean", "episode_length_mean",
+                "episode_score_mean", "recent_return_mean", "policy_loss", "value_loss", "entropy",
+                "approx_kl", "clip_fraction", "explained_variance", "learning_rate"),
+    "log": ("level", "message"),
+    "checkpoint": ("step", "path"),
+    "gif": ("step", "path", "episode_return", "episode_score", "frames"),
+    "model": ("step", "path"),
+    "error": ("message", "traceback"),
+    "end": ("status", "step", "final_model"),
+}
+
+
+def make_event(kind: str, **fields: Any) -> dict:
+    """An event of type `kind`; missing schema fields are an error (a bug, not user input)."""
+    missing = [name for name in EVENT_FIELDS[kind] if name not in fields]
+    if missing:
+        raise KeyError(f"{kind} event is missing {missing}")
+    return {"type": kind, "time": time.time(), **{key: _json_safe(value) for key, value in fields.items()}}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+class EventSink(Protocol):
+    def __call__(self, event: dict) -> None: ...
+    def close(self) -> None: ...
+
+
+class EventBus:
+    """Sends each event to every sink. A sink that fails (a closed queue, a full disk) is
+    dropped with a warning to the others instead of stopping the training run."""
+
+    def __init__(self, sinks: list[EventSink] | None = None):
+        self.sinks: list[EventSink] = list(sinks or [])
+
+    def emit(self, kind: str, **fields: Any) -> dict:
+        event = make_event(kind, **fields)
+        self.send(event)
+        return event
+
+    def send(self, event: dict) -> None:
+        for sink in list(self.sinks):
+            try:
+                sink(event)
+            except Exception as error:  # noqa: BLE001 - one broken sink must not end the run
+                self.sinks.remove(sink)
+                self.emit("log", level="warning", message=f"event sink {type(sink).__name__} failed and was "
+                                                           f"detached: {type(error).__name__}: {error}")
+
+    def log(self, message: str, level: str = "info") -> None:
+        self.emit("log", level=level, message=message)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Sinks
+
+
+class JsonlSink:
+    """Appends every event as one JSON line to `metrics.jsonl`, the durable history.
+
+    The file is opened per event (a few microseconds, at most a few times a second): every line
+    is on disk when the call returns, and a rewrite of the file by `trim_events_after` (resume)
+    is never undone by a stale handle."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, event: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        pass
+
+
+def read_events(path: str | Path) -> list[dict]:
+    """Every event of a metrics.jsonl (a torn last line, from a killed process, is skipped)."""
+    events = []
+    path = Path(path)
+    if not path.exists():
+        return events
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def trim_events_after(path: str | Path, step: int) -> int:
+    """Drop `metrics`, `checkpoint`, `gif` and `model` events past `step` from a metrics.jsonl
+    (a resumed run repeats those steps, and curves must not hold them twice). Atomic rewrite;
+    returns how many events were dropped."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    events = read_events(path)
+    kept = [event for event in events
+            if not (event.get("type") in ("metrics", "checkpoint", "gif", "model") and (event.get("step") or 0) > step)]
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        for event in kept:
+            file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    return len(events) - len(kept)
+
+
+def format_number(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def format_event(event: dict, log_interval: int = 1) -> str | None:
+    """The human log line for an event (None: nothing to print for it)."""
+    kind = event["type"]
+    if kind == "metrics":
+        if event["update"] % log_interval and not event.get("final_update"):
+            return None
+        return (f"[STEP {event['step']}] EpLenMean: {format_number(event.get('recent_length_mean'))}, "
+                f"EpRewMean: {format_number(event['recent_return_mean'], 2)}, "
+                f"EpScoreMean: {format_number(event.get('recent_score_mean'), 2)}, "
+                f"FPS: {event['fps']:.0f}")
+    if kind == "log":
+        prefix = "" if event["level"] == "info" else event["level"].upper() + ": "
+        return prefix + event["message"]
+    if kind == "start":
+        resumed = f", resumed from step {event['resumed_from_step']}" if event["resumed_from_step"] is not None else ""
+        config = event["config"]
+        return (f"Run {event['run_id']}: {config['algo']} {config['model_type']} on {config['env_name']} "
+                f"x {config['num_envs']} envs, device {event['device']}, "
+                f"{event['total_timesteps']:,} steps{resumed}")
+    if kind == "checkpoint":
+        return f"Checkpoint at step {event['step']}: {event['path']}"
+    if kind == "gif":
+        return (f"Rollout GIF at step {event['step']}: return {format_number(event['episode_return'], 2)}, "
+                f"score {format_number(event['episode_score'], 1)}, {event['frames']} frames: {event['path']}")
+    if kind == "model":
+        return f"Final model: {event['path']}"
+    if kind == "error":
+        return f"ERROR: {event['message']}\n{event['traceback']}".rstrip()
+    if kind == "end":
+        return f"Run {event['status']} at step {event['step']}."
+    return None
+
+
+class LogSink:
+    """Writes log lines: to `train.log` (with a timestamp) or to a stream such as stdout."""
+
+    def __init__(self, path: str | Path | None = None, stream=None, log_interval: int = 1,
+                 timestamps: bool | None = None, write: Callable[[str], None] | None = None):
+        self.log_interval = log_interval
+        self._file = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")
+        self._stream = stream
+        self._write = write
+        self.timestamps = (path is not None) if timestamps is None else timestamps
+
+    def __call__(self, event: dict) -> None:
+        line = format_event(event, self.log_interval)
+        if line is None:
+            return
+        if self.timestamps:
+            line = time.strftime("%Y-%m-%d %H:%M:%S ", time.localtime(event["time"])) + line
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+        if self._write is not None:
+            self._write(line)
+        elif self._stream is not None:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class QueueSink:
+    """Puts every event on a (multiprocessing) queue: the studio's live channel."""
+
+    def __init__(self, queue):
+        self.queue = queue
+        self.saw_end = False
+
+    def __call__(self, event: dict) -> None:
+        self.queue.put(event)
+        if event["type"] == "end":
+            self.saw_end = True
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardSink:
+    """Scalars under `<run_dir>/tensorboard` so that `tensorboard --logdir runs` works."""
+
+    SCALARS = ("episode_return_mean", "episode_length_mean", "episode_score_mean", "recent_return_mean",
+               "recent_score_mean", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+               "explained_variance", "learning_rate", "fps")
+
+    def __init__(self, log_dir: str | Path):
+        from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` package
+
+        self.writer = SummaryWriter(str(log_dir))
+
+    def __call__(self, event: dict) -> None:
+        if event["type"] != "metrics":
+            return
+        for name in self.SCALARS:
+            value = event.get(name)
+            if value is not None:
+                group = "charts" if name.startswith(("episode", "recent")) else "losses"
+                self.writer.add_scalar(f"{group}/{name}", value, event["step"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class ProgressBarSink:
+    """A tqdm bar (steps, FPS, mean return, ETA) for a terminal; log lines print above it."""
+
+    def __init__(self, total: int, log_interval: int = 1, stream=None):
+        from tqdm import tqdm
+
+        self._tqdm = tqdm
+        self.bar = tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, file=stream or sys.stdout)
+        self.lines = LogSink(log_interval=log_interval, write=lambda line: tqdm.write(line, file=stream or sys.stdout))
+
+    def __call__(self, event: dict) -> None:
+        if event["type"] == "start" and event["resumed_from_step"]:
+            self.bar.update(event["resumed_from_step"] - self.bar.n)
+        if event["type"] == "metrics":
+            self.bar.update(max(0, event["step"] - self.bar.n))
+            postfix = {"fps": f"{event['fps']:.0f}"}
+            if event["recent_return_mean"] is not None:
+                postfix["return"] = f"{event['recent_return_mean']:.1f}"
+            self.bar.set_postfix(postfix, refresh=False)
+        self.lines(event)
+
+    def close(self) -> None:
+        self.bar.close()

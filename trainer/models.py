@@ -1,0 +1,222 @@
+"""Policy / value networks, chosen by `model_type`.
+
+    ppo-small   actor and critic MLPs, 64 x 64, tanh
+    ppo-medium  actor and critic MLPs, 256 x 256, tanh
+    ppo-large   actor and critic MLPs, 512 x 512 x 256, tanh
+    ppo-cnn     a shared convolutional torso (ReLU) for image or grid observations, then
+                one linear head for the actor and one for the critic
+
+Discrete action spaces get a categorical head (logits); continuous ones a Gaussian head with a
+state-independent log standard deviation. Weights use orthogonal initialisation as in the PPO
+literature: gain sqrt(2) for hidden layers, 0.01 for the policy output (a near-uniform first
+policy), 1 for the value output.
+
+A network is described by a `spec`, a plain dict (saved in every checkpoint), so that
+`build_policy(spec)` rebuilds it without unpickling any Python object.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from trainer.normalization import RunningMeanStd
+
+MLP_HIDDEN_SIZES = {"ppo-small": (64, 64), "ppo-medium": (256, 256), "ppo-large": (512, 512, 256)}
+CNN_FEATURES = 512
+LOG_2PI = math.log(2 * math.pi)
+
+
+class ModelError(ValueError):
+    """The model type does not fit the environment's observations or actions."""
+
+
+def make_policy_spec(model_type: str, observation_space, action_space, norm_obs: bool = False) -> dict:
+    """Describe the network for these Gymnasium spaces as a plain dict."""
+    obs_shape = [int(size) for size in observation_space.shape]
+    high = np.asarray(getattr(observation_space, "high", np.inf), dtype=np.float64)
+    # Images arrive as 0..255 floats: scale them to 0..1 inside the network.
+    obs_scale = 1.0 / 255.0 if model_type == "ppo-cnn" and np.all(np.isfinite(high)) and high.max() == 255 else 1.0
+    kind = type(action_space).__name__
+    if kind == "Discrete":
+        action = {"kind": "discrete", "n": int(action_space.n)}
+    elif kind == "Box":
+        if len(action_space.shape) != 1:
+            raise ModelError(f"continuous actions must be a flat vector, got shape {action_space.shape}")
+        action = {
+            "kind": "continuous",
+            "dim": int(action_space.shape[0]),
+            "low": [float(x) for x in np.asarray(action_space.low).reshape(-1)],
+            "high": [float(x) for x in np.asarray(action_space.high).reshape(-1)],
+        }
+    else:
+        raise ModelError(f"action space {action_space} is not supported: use Discrete or a 1-D Box")
+    if model_type == "ppo-cnn" and len(obs_shape) not in (2, 3):
+        raise ModelError(
+            f"model_type ppo-cnn needs image or grid observations (2 or 3 dimensions), but this env "
+            f"observes a vector of shape {tuple(obs_shape)}; use ppo-small, ppo-medium or ppo-large")
+    return {"model_type": model_type, "obs_shape": obs_shape, "obs_scale": obs_scale,
+            "action": action, "norm_obs": bool(norm_obs)}
+
+
+def build_policy(spec: dict) -> "ActorCritic":
+    return ActorCritic(spec)
+
+
+def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    layer = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(in_features: int, hidden: tuple[int, ...], out_features: int, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for size in hidden:
+        layers += [_layer(in_features, size, math.sqrt(2)), nn.Tanh()]
+        in_features = size
+    layers.append(_layer(in_features, out_features, out_gain))
+    return nn.Sequential(*layers)
+
+
+class ConvTorso(nn.Module):
+    """Convolutions for (C, H, W), (H, W, C) or (H, W) observations -> CNN_FEATURES features.
+
+    Large images (>= 36 px a side) get the Nature-DQN stack (8x8/4, 4x4/2, 3x3/1); small grids
+    such as Snake's board get 3x3 convolutions that keep every cell visible.
+    """
+
+    def __init__(self, obs_shape: list[int], obs_scale: float):
+        super().__init__()
+        self.obs_scale = obs_scale
+        if len(obs_shape) == 2:
+            self.layout, channels, height, width = "hw", 1, obs_shape[0], obs_shape[1]
+        elif obs_shape[-1] <= 4 < obs_shape[0]:
+            self.layout, (height, width, channels) = "hwc", obs_shape
+        else:
+            self.layout, (channels, height, width) = "chw", obs_shape
+        gain = math.sqrt(2)
+        if min(height, width) >= 36:
+            convs = [nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                     nn.Conv2d(64, 64, 3, stride=1), nn.ReLU()]
+        else:
+            convs = [nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(),
+                     nn.Conv2d(32, 64, 3, stride=2 if min(height, width) > 8 else 1, padding=1), nn.ReLU(),
+                     nn.Conv2d(64, 64, 3, padding=1), nn.ReLU()]
+        for module in convs:
+            if isinstance(module, nn.Conv2d):
+                nn.init.orthogonal_(module.weight, gain)
+                nn.init.zeros_(module.bias)
+        self.convs = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            flat_size = self.convs(torch.zeros(1, channels, height, width)).shape[1]
+        self.linear = nn.Sequential(_layer(flat_size, CNN_FEATURES, gain), nn.ReLU())
+
+    def forward(self, obs: Tensor) -> Tensor:
+        if self.layout == "hw":
+            obs = obs.unsqueeze(1)
+        elif self.layout == "hwc":
+            obs = obs.permute(0, 3, 1, 2)
+        if self.obs_scale != 1.0:
+            obs = obs * self.obs_scale
+        return self.linear(self.convs(obs))
+
+
+class ActorCritic(nn.Module):
+    """pi(a|s) and V(s). The methods take *normalised* observations (see `normalize_obs`),
+    because the trainer stores observations as the policy saw them during the rollout."""
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        self.spec = spec
+        model_type = spec["model_type"]
+        obs_shape = list(spec["obs_shape"])
+        action = spec["action"]
+        self.discrete = action["kind"] == "discrete"
+        action_outputs = action["n"] if self.discrete else action["dim"]
+        self.obs_normalizer = RunningMeanStd(tuple(obs_shape)) if spec.get("norm_obs") else None
+        if model_type == "ppo-cnn":
+            self.torso: nn.Module | None = ConvTorso(obs_shape, spec.get("obs_scale", 1.0))
+            self.actor = _layer(CNN_FEATURES, action_outputs, 0.01)
+            self.critic = _layer(CNN_FEATURES, 1, 1.0)
+        else:
+            if model_type not in MLP_HIDDEN_SIZES:
+                raise ModelError(f"unknown model_type {model_type!r}; known: {', '.join(MLP_HIDDEN_SIZES)}, ppo-cnn")
+            self.torso = None
+            obs_size = int(np.prod(obs_shape))
+            hidden = MLP_HIDDEN_SIZES[model_type]
+            self.actor = _mlp(obs_size, hidden, action_outputs, 0.01)
+            self.critic = _mlp(obs_size, hidden, 1, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(action_outputs))
+            self.register_buffer("action_low", torch.tensor(action["low"], dtype=torch.float32))
+            self.register_buffer("action_high", torch.tensor(action["high"], dtype=torch.float32))
+
+    # -- observations --------------------------------------------------------------------------
+
+    def normalize_obs(self, obs: Tensor) -> Tensor:
+        """Raw env observations -> what the networks take (identity unless `norm_obs`)."""
+        if self.obs_normalizer is None:
+            return obs
+        return self.obs_normalizer.normalize(obs)
+
+    def _features(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Inputs of the actor and of the critic."""
+        if self.torso is not None:
+            shared = self.torso(obs)
+            return shared, shared
+        flat = obs.reshape(obs.shape[0], -1)
+        return flat, flat
+
+    # -- pi and V ------------------------------------------------------------------------------
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.critic(self._features(obs)[1]).squeeze(-1)
+
+    def act(self, obs: Tensor, generator: torch.Generator | None = None,
+            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample actions: (action, log pi(action|obs), V(obs))."""
+        actor_input, critic_input = self._features(obs)
+        head = self.actor(actor_input)
+        value = self.critic(critic_input).squeeze(-1)
+        if self.discrete:
+            log_probs = head.log_softmax(-1)
+            if deterministic:
+                action = head.argmax(-1)
+            else:
+                action = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+            log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            return action, log_prob, value
+        std = self.log_std.exp()
+        if deterministic:
+            action = head
+        else:
+            noise = torch.randn(head.shape, generator=generator, device=head.device, dtype=head.dtype)
+            action = head + std * noise
+        return action, self._gaussian_log_prob(head, action), value
+
+    def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """For the update: (log pi(action|obs), entropy of pi(.|obs), V(obs))."""
+        actor_input, critic_input = self._features(obs)
+        head = self.actor(actor_input)
+        value = self.critic(critic_input).squeeze(-1)
+        if self.discrete:
+            log_probs = head.log_softmax(-1)
+            log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+            return log_prob, entropy, value
+        entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(head.shape[0])
+        return self._gaussian_log_prob(head, action), entropy, value
+
+    def _gaussian_log_prob(self, mean: Tensor, action: Tensor) -> Tensor:
+        log_std = self.log_std
+        return (-0.5 * ((action - mean) / log_std.exp()).square() - log_std - 0.5 * LOG_2PI).sum(-1)
+
+    def env_action(self, action: Tensor) -> Tensor:
+        """What the env is given: continuous actions are clipped to the action bounds
+        (the unclipped sample is what the update scores)."""
+        if self.discrete:
+            return action
+        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)

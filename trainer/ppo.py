@@ -1,0 +1,268 @@
+"""PPO (Schulman et al. 2017) and A2C as its one-epoch, unclipped special case.
+
+Read top to bottom, this is the algorithm:
+
+1. `compute_gae`: advantages by Generalised Advantage Estimation (Schulman et al. 2016),
+   returns = advantages + values.
+2. `ppo_update`: for `update_epochs` passes over the batch, in minibatches:
+       ratio      = pi(a|s) / pi_old(a|s)
+       policy     = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)      (a2c: -ratio * A)
+       value      = 0.5 * (V(s) - R)^2                      (optionally clipped around V_old)
+       loss       = policy - ent_coef * entropy + vf_coef * value
+   with per-minibatch advantage normalisation, global gradient-norm clipping and an optional
+   early stop once the approximate KL divergence passes `target_kl`.
+   With `use_per`, minibatches are drawn in proportion to |A|^alpha and the value loss is
+   weighted by importance weights (N P(i))^-beta / max (prioritised replay, Schaul et al. 2016,
+   applied to one rollout).
+3. `Adam`: the optimiser, written out here over one flat parameter vector. Two reasons: one
+   tensor makes each step a handful of kernel launches instead of a handful per layer (small
+   networks are launch-bound on CPU), and constructing `torch.optim.Adam` imports
+   `torch._dynamo`, which adds about a second to every launch.
+
+Everything stays on the device; the only host syncs are one `.tolist()` of the statistics at
+the end of an update (plus one per epoch when `target_kl` is set).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Advantages
+
+
+def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor,
+                gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
+    """GAE over a rollout of shape (T, N).
+
+    dones[t] is 1 where the episode ended with step t (rewards of truncated episodes already
+    include gamma * V(final observation)), so V(s_{t+1}) is not bootstrapped across it.
+    """
+    not_done = 1.0 - dones
+    next_values = torch.cat((values[1:], last_value.unsqueeze(0)))
+    deltas = rewards + gamma * next_values * not_done - values            # TD errors
+    decay = (gamma * gae_lambda) * not_done
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(last_value)
+    for t in reversed(range(rewards.shape[0])):
+        running = torch.addcmul(deltas[t], decay[t], running)           # A_t = delta_t + g*l*A_{t+1}
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The update
+
+
+@dataclass
+class UpdateBatch:
+    """One rollout flattened to (batch_size, ...)."""
+
+    obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    advantages: Tensor
+    returns: Tensor
+    values: Tensor
+
+
+@dataclass
+class UpdateSettings:
+    update_epochs: int
+    mini_batch_size: int
+    clip_coef: float
+    clip_vloss: bool
+    norm_adv: bool
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+    unclipped: bool            # a2c
+    use_per: bool
+    per_alpha: float
+    per_beta: float
+
+
+UPDATE_STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, settings: UpdateSettings,
+               learning_rate: float, generator: torch.Generator,
+               reduce_gradients: Callable[[Tensor], None] | None = None) -> dict[str, float]:
+    """Optimise the policy on one rollout; returns the mean loss statistics and
+    explained variance."""
+    batch_size = batch.obs.shape[0]
+    num_minibatches = batch_size // settings.mini_batch_size
+    device = batch.obs.device
+    totals = torch.zeros(len(UPDATE_STAT_NAMES), device=device)
+    steps_taken = 0
+    sampler = _PrioritySampler(batch.advantages, settings, generator) if settings.use_per else None
+    for _ in range(settings.update_epochs):
+        epoch_kl = torch.zeros((), device=device)
+        if sampler is None:
+            order = torch.randperm(batch_size, generator=generator, device=device)
+        for index in range(num_minibatches):
+            if sampler is None:
+                rows = order[index * settings.mini_batch_size:(index + 1) * settings.mini_batch_size]
+                value_weights = None
+            else:
+                rows, value_weights = sampler.sample()
+            stats = _minibatch_step(policy, optimizer, batch, rows, value_weights, settings,
+                                    learning_rate, reduce_gradients)
+            totals += stats
+            epoch_kl += stats[3]
+            steps_taken += 1
+        if settings.target_kl is not None and (epoch_kl / num_minibatches).item() > settings.target_kl:
+            break
+    # One host sync for all statistics.
+    return_variance = batch.returns.var()
+    residual_variance = (batch.returns - batch.values).var()
+    host = torch.cat((totals / steps_taken, torch.stack((return_variance, residual_variance)))).tolist()
+    result: dict[str, float | None] = dict(zip(UPDATE_STAT_NAMES, host[:-2]))
+    result["explained_variance"] = explained_variance(host[-2], host[-1])
+    result["gradient_steps"] = steps_taken
+    return result
+
+
+def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, rows: Tensor,
+                    value_weights: Tensor | None, settings: UpdateSettings, learning_rate: float,
+                    reduce_gradients: Callable[[Tensor], None] | None) -> Tensor:
+    new_log_prob, entropy, new_value = policy.evaluate(batch.obs[rows], batch.actions[rows])
+    log_ratio = new_log_prob - batch.log_probs[rows]
+    ratio = log_ratio.exp()
+
+    advantages = batch.advantages[rows]
+    if settings.norm_adv and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # Policy loss: the clipped surrogate objective (a2c: the plain policy gradient).
+    if settings.unclipped:
+        policy_loss = -(advantages * ratio).mean()
+    else:
+        clipped_ratio = ratio.clamp(1.0 - settings.clip_coef, 1.0 + settings.clip_coef)
+        policy_loss = torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
+
+    # Value loss: squared error to the GAE returns, optionally clipped around the old values.
+    returns = batch.returns[rows]
+    value_error = (new_value - returns).square()
+    if settings.clip_vloss:
+        old_value = batch.values[rows]
+        clipped_value = old_value + (new_value - old_value).clamp(-settings.clip_coef, settings.clip_coef)
+        value_error = torch.max(value_error, (clipped_value - returns).square())
+    if value_weights is not None:
+        value_error = value_error * value_weights
+    value_loss = 0.5 * value_error.mean()
+
+    entropy_mean = entropy.mean()
+    loss = policy_loss - settings.ent_coef * entropy_mean + settings.vf_coef * value_loss
+
+    optimizer.zero_grad()
+    loss.backward()
+    if reduce_gradients is not None:
+        reduce_gradients(optimizer.flat_grad)
+    optimizer.clip_grad_norm(settings.max_grad_norm)
+    optimizer.step(learning_rate)
+
+    with torch.no_grad():
+        approx_kl = ((ratio - 1.0) - log_ratio).mean()          # the k3 estimator of KL(old || new)
+        clip_fraction = ((ratio - 1.0).abs() > settings.clip_coef).float().mean()
+        return torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
+                            approx_kl, clip_fraction))
+
+
+class _PrioritySampler:
+    """Minibatch rows drawn with probability proportional to |advantage|^alpha."""
+
+    def __init__(self, advantages: Tensor, settings: UpdateSettings, generator: torch.Generator):
+        priorities = advantages.abs().pow(settings.per_alpha) + 1e-6
+        self.probabilities = priorities / priorities.sum()
+        weights = (advantages.numel() * self.probabilities).pow(-settings.per_beta)
+        self.weights = weights / weights.max()
+        self.size = settings.mini_batch_size
+        self.generator = generator
+
+    def sample(self) -> tuple[Tensor, Tensor]:
+        rows = torch.multinomial(self.probabilities, self.size, replacement=True, generator=self.generator)
+        return rows, self.weights[rows]
+
+
+def explained_variance(return_variance: float, residual_variance: float) -> float | None:
+    """1 - Var(returns - values) / Var(returns): 1 is a perfect critic, 0 no better than a constant."""
+    if not return_variance or math.isnan(return_variance):
+        return None
+    return 1.0 - residual_variance / return_variance
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The optimiser
+
+
+class Adam:
+    """Adam (Kingma & Ba 2015) over all parameters of a module at once.
+
+    The parameters are re-pointed into one contiguous vector (and their gradients into another),
+    so zeroing, clipping, all-reducing and stepping are each one operation on one tensor.
+    `state_dict()` holds plain tensors and numbers (checkpoints load with weights_only=True).
+    """
+
+    def __init__(self, module: nn.Module, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5):
+        self.parameters = [p for p in module.parameters() if p.requires_grad]
+        self.flat_param, self.flat_grad = _flatten_into_views(self.parameters)
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.step_count = 0
+        self.exp_avg = torch.zeros_like(self.flat_param)
+        self.exp_avg_sq = torch.zeros_like(self.flat_param)
+
+    def zero_grad(self) -> None:
+        self.flat_grad.zero_()
+
+    def clip_grad_norm(self, max_norm: float) -> Tensor:
+        """Scale the gradient so that its global L2 norm is at most max_norm (no host sync)."""
+        norm = self.flat_grad.norm()
+        self.flat_grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+        return norm
+
+    @torch.no_grad()
+    def step(self, learning_rate: float) -> None:
+        self.step_count += 1
+        grad = self.flat_grad
+        self.exp_avg.mul_(self.beta1).add_(grad, alpha=1.0 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1.0 - self.beta2)
+        bias_correction1 = 1.0 - self.beta1 ** self.step_count
+        bias_correction2 = 1.0 - self.beta2 ** self.step_count
+        denominator = (self.exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(self.eps)
+        self.flat_param.addcdiv_(self.exp_avg, denominator, value=-learning_rate / bias_correction1)
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_count, "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["exp_avg"].shape != self.exp_avg.shape:
+            raise ValueError(f"optimizer state has {state['exp_avg'].numel()} values, the model "
+                             f"{self.exp_avg.numel()}: the checkpoint belongs to a different model")
+        self.step_count = int(state["step"])
+        self.exp_avg.copy_(state["exp_avg"])
+        self.exp_avg_sq.copy_(state["exp_avg_sq"])
+
+
+def _flatten_into_views(parameters: list[nn.Parameter]) -> tuple[Tensor, Tensor]:
+    """Move every parameter (and its gradient) into views of two flat tensors."""
+    device = parameters[0].device
+    total = sum(p.numel() for p in parameters)
+    flat_param = torch.empty(total, device=device)
+    flat_grad = torch.zeros(total, device=device)
+    offset = 0
+    for parameter in parameters:
+        size = parameter.numel()
+        flat_param[offset:offset + size].copy_(parameter.data.reshape(-1))
+        parameter.data = flat_param[offset:offset + size].view_as(parameter)
+        # backward() accumulates into an existing .grad in place, so gradients land in flat_grad.
+        parameter.grad = flat_grad[offset:offset + size].view_as(parameter)
+        offset += size
+    return flat_param, flat_grad
