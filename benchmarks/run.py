@@ -1,0 +1,283 @@
+"""The benchmark suite, one command: `python -m benchmarks` (or `python benchmarks/run.py`).
+
+    python -m benchmarks                 throughput, ceiling, time to solve, scaling (~5 min)
+    python -m benchmarks --quick         the same with small budgets (~1-2 min), figures rough
+    python -m benchmarks --games         Flappy Bird and Snake to their score targets (long)
+    python -m benchmarks --only throughput,solve
+
+Every measurement runs in a fresh Python process (`benchmarks.contender`) with the same torch
+thread count, so none inherits another's warm caches and "seconds from launch" is honest. The
+table is printed and written with PNG plots to benchmarks/results/.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `python benchmarks/run.py` puts benchmarks/ first, not the repo
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import report  # noqa: E402
+from benchmarks.sb3_peer import NET_ARCH, RL_ZOO_CARTPOLE  # noqa: E402
+
+SECTIONS = ("throughput", "ceiling", "solve", "scaling", "games")
+DEFAULT_SECTIONS = ("throughput", "ceiling", "solve", "scaling")
+SCALING_NUM_ENVS = (16, 64, 256, 1024, 4096)
+SOLVE_TARGET = 475.0
+FLAPPY_TARGETS = (20.0, 50.0, 100.0)
+SNAKE_TARGETS = (10.0, 20.0)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="RL Studio against Stable-Baselines3: throughput, time to solve, games, "
+                    "update-only ceiling and scaling. Prints a table; writes PNG plots and "
+                    "results.md / results.json.")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated sections to run, from {', '.join(SECTIONS)} "
+                             f"(default: {', '.join(DEFAULT_SECTIONS)})")
+    parser.add_argument("--games", action="store_true",
+                        help="also run the long Flappy Bird and Snake runs (capped by --game-cap)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small budgets and one seed: checks the suite works, figures are rough")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for every contender (default 1: as fast as 2 here)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds for time to solve (default 3, or 1 with --quick)")
+    parser.add_argument("--throughput-steps", type=int, default=None,
+                        help="total environment steps of every throughput run (default 100000, "
+                             "20000 with --quick)")
+    parser.add_argument("--game-cap", type=float, default=None,
+                        help="training seconds allowed per game (default 900, 60 with --quick)")
+    parser.add_argument("--scaling-envs", default=None,
+                        help="comma-separated num_envs for the scaling section "
+                             f"(default {','.join(map(str, SCALING_NUM_ENVS))})")
+    parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
+    parser.add_argument("--configs", type=Path, default=REPO_ROOT / "configs",
+                        help="folder of the shipped YAML configs (default: the repo's configs/)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results",
+                        help="where results.md, results.json and the PNG plots go")
+    args = parser.parse_args(argv)
+    sections = DEFAULT_SECTIONS if args.only is None else tuple(
+        name.strip() for name in args.only.split(",") if name.strip())
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    if args.games and "games" not in sections:
+        sections = sections + ("games",)
+    args.sections = sections
+    if args.threads < 1:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
+    args.seeds = args.seeds or (1 if args.quick else 3)
+    args.throughput_steps = args.throughput_steps or (20_000 if args.quick else 100_000)
+    args.game_cap = args.game_cap or (60.0 if args.quick else 900.0)
+    try:
+        args.scaling_envs = ([int(n) for n in args.scaling_envs.split(",")] if args.scaling_envs
+                             else list(SCALING_NUM_ENVS[:3] if args.quick else SCALING_NUM_ENVS))
+    except ValueError:
+        parser.error(f"--scaling-envs must be comma-separated integers, got {args.scaling_envs!r}")
+    return args
+
+
+def run_in_fresh_process(kind: str, params: dict[str, Any], threads: int,
+                         timeout: float) -> dict[str, Any]:
+    """Run one measurement in a new Python process; its result dict, or {"error": ...}."""
+    with tempfile.TemporaryDirectory(prefix="rl_studio_bench_") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                   SDL_VIDEODRIVER="dummy", PYGAME_HIDE_SUPPORT_PROMPT="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        launched_at = time.time()  # from here on counts as "since launch"
+        spec_path.write_text(json.dumps({"kind": kind, "params": params, "threads": threads,
+                                         "launched_at": launched_at}))
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-m", "benchmarks.contender", str(spec_path), str(result_path)],
+                cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"{kind} did not finish within {timeout:.0f} s"}
+        if completed.returncode != 0 or not result_path.exists():
+            tail = (completed.stderr or completed.stdout or "").strip()[-2000:]
+            return {"error": f"{kind} exited with {completed.returncode}: {tail}"}
+        result = json.loads(result_path.read_text())
+        result["process_seconds"] = time.time() - launched_at
+        return result
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _rate_text(result: dict) -> str:
+    if "error" in result:
+        return "FAILED: " + result["error"].splitlines()[-1][:200]
+    return f"{result['steps_per_second']:,.0f} steps/s ({result['train_seconds']:.1f} s)"
+
+
+def zoo_settings() -> dict[str, Any]:
+    return {"num_envs": RL_ZOO_CARTPOLE["n_envs"], "num_steps": RL_ZOO_CARTPOLE["n_steps"],
+            "epochs": RL_ZOO_CARTPOLE["n_epochs"], "minibatch_size": RL_ZOO_CARTPOLE["batch_size"],
+            "hidden_sizes": list(NET_ARCH)}
+
+
+def run_throughput(args, shipped: dict[str, Any]) -> dict[str, Any]:
+    """SB3, ours native and ours through the Gymnasium adapter, at identical settings."""
+    profiles = {"rl_zoo": zoo_settings(), "shipped": shipped}
+    out: dict[str, Any] = {"total_steps": args.throughput_steps, "profiles": {}}
+    timeout = 1800.0
+    for name, settings in profiles.items():
+        profile: dict[str, Any] = {"settings": settings}
+        sb3_params = {"total_steps": args.throughput_steps, **{
+            key: settings[key] for key in ("num_envs", "num_steps", "minibatch_size", "epochs")}}
+        profile["sb3"] = run_in_fresh_process("sb3_throughput", sb3_params, args.threads, timeout)
+        _say(f"[throughput] {name}: SB3 {_rate_text(profile['sb3'])}")
+        for key, env_name in (("ours_native", "cartpole"), ("ours_gym", "gym:CartPole-v1")):
+            params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
+                      "env_name": env_name, "total_steps": args.throughput_steps,
+                      "device": args.device}
+            profile[key] = run_in_fresh_process("ours_throughput", params, args.threads, timeout)
+            _say(f"[throughput] {name}: {key} {_rate_text(profile[key])}")
+        out["profiles"][name] = profile
+    return out
+
+
+def run_ceiling(args, shipped: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, settings in (("rl_zoo", zoo_settings()), ("shipped", shipped)):
+        params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
+                  "device": args.device, "min_seconds": 1.0 if args.quick else 5.0}
+        out[name] = run_in_fresh_process("ours_ceiling", params, args.threads, 600.0)
+        _say(f"[ceiling] {name}: {_rate_text(out[name])}")
+    return out
+
+
+def run_solve(args) -> dict[str, Any]:
+    out: dict[str, Any] = {"target": SOLVE_TARGET, "sb3": [], "ours": []}
+    for seed in range(args.seeds):
+        result = run_in_fresh_process("sb3_time_to_solve", {"seed": seed, "target": SOLVE_TARGET},
+                                     args.threads, 900.0)
+        out["sb3"].append(result)
+        _say(f"[solve] SB3 seed {seed}: {_solve_text(result)}")
+        result = run_in_fresh_process(
+            "ours_time_to_solve",
+            {"config_path": str(args.configs / "cartpole.yaml"), "seed": seed,
+             "target": SOLVE_TARGET, "cap_seconds": 30.0 if args.quick else 300.0,
+             "device": args.device}, args.threads, 900.0)
+        out["ours"].append(result)
+        _say(f"[solve] ours seed {seed}: {_solve_text(result)}")
+    return out
+
+
+def _solve_text(result: dict) -> str:
+    if "error" in result:
+        return "FAILED: " + result["error"].splitlines()[-1][:200]
+    if not result.get("solved"):
+        return f"not solved in {result['train_seconds']:.1f} s ({result['steps']} steps)"
+    return (f"solved after {result['solve_train_seconds']:.2f} s of training, "
+            f"{result.get('solve_since_launch', float('nan')):.2f} s from launch "
+            f"({result['solve_step']} steps)")
+
+
+def run_scaling(args, shipped: dict[str, Any]) -> list[dict[str, Any]]:
+    points = []
+    for num_envs in args.scaling_envs:
+        settings = dict(shipped, num_envs=num_envs)
+        rollout = num_envs * settings["num_steps"]
+        total = max(args.throughput_steps, 4 * rollout)
+        params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
+                  "env_name": "cartpole", "total_steps": total, "device": args.device}
+        result = run_in_fresh_process("ours_throughput", params, args.threads, 1800.0)
+        ceiling = run_in_fresh_process(
+            "ours_ceiling", {"config_path": str(args.configs / "cartpole.yaml"),
+                             "settings": settings, "device": args.device,
+                             "min_seconds": 1.0 if args.quick else 3.0}, args.threads, 600.0)
+        result["num_envs"] = num_envs
+        result["ceiling_steps_per_second"] = ceiling.get("steps_per_second")
+        points.append(result)
+        _say(f"[scaling] num_envs {num_envs}: {_rate_text(result)}, "
+             f"ceiling {_rate_text(ceiling)}")
+    return points
+
+
+def run_games(args) -> dict[str, Any]:
+    out = {}
+    for game, targets in (("flappy_bird", FLAPPY_TARGETS), ("snake", SNAKE_TARGETS)):
+        params = {"config_path": str(args.configs / f"{game}.yaml"), "targets": list(targets),
+                  "cap_seconds": args.game_cap, "device": args.device, "seed": 0}
+        out[game] = run_in_fresh_process("ours_game", params, args.threads,
+                                         args.game_cap * 1.5 + 300.0)
+        result = out[game]
+        if "error" in result:
+            _say(f"[games] {game}: FAILED: {result['error'].splitlines()[-1][:200]}")
+        else:
+            _say(f"[games] {game}: seconds to targets {result['solve_train_seconds_by_target']}, "
+                 f"best mean score {result.get('best_score_mean')}")
+    return out
+
+
+def machine_description(threads: int) -> dict[str, Any]:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import stable_baselines3
+        sb3_version = stable_baselines3.__version__
+    except ImportError:
+        sb3_version = "not installed"
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "stable_baselines3": sb3_version, "threads": threads,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from benchmarks.ours import shipped_settings
+
+    command = "python -m benchmarks " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
+    results: dict[str, Any] = {"command": command.strip(), "machine": machine_description(args.threads),
+                               "started": datetime.datetime.now().isoformat(timespec="seconds")}
+    needs_shipped = {"throughput", "ceiling", "scaling"} & set(args.sections)
+    shipped = shipped_settings(args.configs / "cartpole.yaml") if needs_shipped else {}
+    if shipped:
+        results["shipped_settings"] = shipped
+        _say(f"shipped CartPole settings: {report.describe_settings(shipped)}")
+    if "throughput" in args.sections:
+        results["throughput"] = run_throughput(args, shipped)
+    if "ceiling" in args.sections:
+        results["ceiling"] = run_ceiling(args, shipped)
+    if "solve" in args.sections:
+        results["time_to_solve"] = run_solve(args)
+    if "scaling" in args.sections:
+        results["scaling"] = run_scaling(args, shipped)
+    if "games" in args.sections:
+        results["games"] = run_games(args)
+    results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+    written = report.write_report(results, args.out)
+    print()
+    print(report.render_console(report.build_rows(results)))
+    print("wrote " + ", ".join(str(path) for path in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
