@@ -548,7 +548,13 @@ class RunManager:
         return path
 
     def new_run_id(self, config: dict) -> str:
-        env = _slug(str(config.get("env_name") or "env").split(":")[-1])
+        """`<env>-<model>-<YYYYmmdd-HHMMSS>`, named like the trainer's own run folders."""
+        try:
+            from trainer.run_dir import env_label
+
+            env = env_label(str(config.get("env_name") or "env"))
+        except ImportError:
+            env = _slug(str(config.get("env_name") or "env").split(":")[-1])
         model = _slug(str(config.get("model_type") or "model"))
         return f"{env}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
 

@@ -7,6 +7,7 @@ and what it has already drawn (a `gr.State`), so unchanged charts and files are 
 Stable API endpoints for `gradio_client` (documented in docs/readme/studio.md):
   /start(env_name, settings) -> run summary     /poll(run_id) -> run summary
   /stop(run_id) -> run summary                   /download(run_id, kind) -> file
+  /runs() -> one row per run
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ class Studio:
         self.allow_custom_envs = allow_custom_envs
         self.monitor = monitor or SystemMonitor()
         self.poll_seconds = poll_seconds
+        # Evaluation GIFs are the studio's own output, not a run's: they go to a temp folder.
+        self.evaluation_dir = Path(tempfile.mkdtemp(prefix="rl-studio-evaluations-"))
 
     # ---- helpers
 
@@ -220,7 +223,7 @@ class Studio:
         else:
             updates.append(gr.skip())
         if with_log:
-            updates.append(views.log_text(run) if changed("log", (run.run_id, run.log_count)) else gr.skip())
+            updates.append(views.log_text(run) if changed("log", views.log_identity(run)) else gr.skip())
         updates.append(diagnostics_figure(curves) if charts_changed else gr.skip())
 
         csv_key = (run.run_id, len(run.metrics) // CSV_EVERY_UPDATES, run.is_active)
@@ -388,7 +391,8 @@ class Studio:
                 path = upload
             else:
                 path = self._run_model_path(run_id, file_name)
-            result = evaluate_checkpoint(path, episodes=episodes, deterministic=bool(deterministic))
+            result = evaluate_checkpoint(path, episodes=episodes, deterministic=bool(deterministic),
+                                         allow_custom_envs=self.allow_custom_envs, gif_dir=self.evaluation_dir)
         except (EvaluationError, *USER_ERRORS) as error:
             gr.Warning(str(error).splitlines()[0])
             return _message(error), gr.skip()
@@ -442,6 +446,13 @@ class Studio:
             return views.run_summary(self.manager.stop(run_id).snapshot())
         except RunError as error:
             raise gr.Error(str(error)) from None
+
+    def api_runs(self) -> list:
+        """Every run in the runs folder (newest first): id, env, model, status, steps, returns."""
+        runs = self.manager.list_runs()
+        rows = views.runs_table_rows(runs)
+        return [dict(zip(views.RUNS_TABLE_HEADERS, row), wall_seconds=round(run.wall_seconds, 2))
+                for run, row in zip(runs, rows)]
 
     def api_download(self, run_id: str, kind: str) -> str:
         """One of the run's files: kind = model | checkpoint | config | metrics."""
@@ -638,6 +649,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         gr.api(studio.api_start, api_name="start")
         gr.api(studio.api_poll, api_name="poll")
         gr.api(studio.api_stop, api_name="stop")
+        gr.api(studio.api_runs, api_name="runs")
         download_run = gr.Textbox(visible=False)
         download_kind = gr.Textbox(visible=False)
         download_file = gr.File(visible=False)

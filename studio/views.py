@@ -110,8 +110,25 @@ def gif_caption(gif: GifInfo | None) -> str:
     return "Rollout at " + " · ".join(facts)
 
 
-def log_text(run: RunSnapshot, lines: int = 200) -> str:
-    return "\n".join(run.log_tail[-lines:])
+def log_text(run: RunSnapshot, lines: int = 200, max_bytes: int = 64_000) -> str:
+    """The last lines of the run's train.log (the trainer's own log), else of its log events."""
+    path = Path(run.run_dir) / "train.log"
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(max(0, path.stat().st_size - max_bytes))
+            text = log_file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "\n".join(run.log_tail[-lines:])
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def log_identity(run: RunSnapshot) -> tuple:
+    """Changes whenever `log_text` would."""
+    try:
+        stat = (Path(run.run_dir) / "train.log").stat()
+    except OSError:
+        return (run.run_id, run.log_count)
+    return (run.run_id, stat.st_size, stat.st_mtime_ns)
 
 
 def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:

@@ -1,0 +1,98 @@
+"""The Evaluate tab's work: load a .pth safely, play it for some episodes, make a GIF.
+
+Loading goes through `trainer.load_model` (weights only: a crafted file cannot run code). The
+model's own config names its environment; an entry-point env or wrapper in it (a module the
+server would import) is refused unless the studio runs with --allow-custom-envs, exactly as
+on the Train form.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.form import FormError, check_web_safety
+
+MAX_EPISODES = 1000
+
+
+class EvaluationError(Exception):
+    """The model cannot be evaluated; the message says why, for people."""
+
+
+@dataclass(frozen=True)
+class EvaluationSummary:
+    env_name: str
+    model_step: int
+    episodes: int
+    deterministic: bool
+    return_mean: float
+    return_std: float
+    score_mean: float
+    score_std: float
+    cut_episodes: int
+    gif_path: str | None
+
+    def markdown(self) -> str:
+        mode = "deterministic" if self.deterministic else "sampled actions"
+        lines = [
+            f"### Return {self.return_mean:.1f} ± {self.return_std:.1f}",
+            f"Score {self.score_mean:.1f} ± {self.score_std:.1f} over **{self.episodes}** episodes "
+            f"of **{self.env_name}** ({mode}); the model was trained for {self.model_step:,} steps.",
+        ]
+        if self.cut_episodes:
+            lines.append(f"{self.cut_episodes} episode(s) were cut at the step limit.")
+        return "\n\n".join(lines)
+
+
+def parse_episodes(value: object) -> int:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number.is_integer() or not 1 <= number <= MAX_EPISODES:
+        raise EvaluationError(f"episodes must be a whole number from 1 to {MAX_EPISODES}, got {value!r}.")
+    return int(number)
+
+
+def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: bool = True,
+                        allow_custom_envs: bool = False, gif_dir: str | Path | None = None,
+                        gif_max_frames: int = 400) -> EvaluationSummary:
+    """Play the model in `path` for `episodes` episodes; a GIF of the first one goes to `gif_dir`."""
+    import torch
+
+    from trainer.checkpoint import CheckpointError, load_model
+    from trainer.evaluate import evaluate
+
+    episode_count = parse_episodes(episodes)
+    if not str(path).lower().endswith((".pth", ".pt")):
+        raise EvaluationError(f"{Path(path).name} is not a .pth file: pick a model saved by RL Studio.")
+    torch.set_num_threads(1)  # leave the cores to the trainers
+    try:
+        model = load_model(path, device="cpu")
+    except CheckpointError as error:
+        raise EvaluationError(f"Could not use {Path(path).name}: {error}") from None
+    config = dict(model.config or {})
+    if not config.get("env_name"):
+        raise EvaluationError(f"{Path(path).name} does not say which environment it was trained on.")
+    try:
+        check_web_safety(config, allow_custom_envs)
+    except FormError as error:
+        raise EvaluationError(f"This model's environment cannot be loaded here: {error}") from None
+    gif_path = None
+    if gif_dir is not None:
+        Path(gif_dir).mkdir(parents=True, exist_ok=True)
+        gif_path = Path(gif_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.gif"
+    try:
+        result = evaluate(model, episodes=episode_count, deterministic=deterministic, gif_path=gif_path,
+                          gif_max_frames=gif_max_frames, max_episode_steps=20_000)
+    except Exception as error:  # noqa: BLE001 - env construction or playing failed: say so, do not crash
+        raise EvaluationError(f"Playing {Path(path).name} failed: {type(error).__name__}: {error}") from None
+    return EvaluationSummary(
+        env_name=str(config["env_name"]), model_step=model.global_step, episodes=result.episodes,
+        deterministic=deterministic, return_mean=result.return_mean, return_std=result.return_std,
+        score_mean=result.score_mean, score_std=result.score_std, cut_episodes=result.cut_episodes,
+        gif_path=str(result.gif_path) if result.gif_path else None,
+    )
