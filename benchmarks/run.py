@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scaling-envs", default=None,
                         help="comma-separated num_envs for the scaling section "
                              f"(default {','.join(map(str, SCALING_NUM_ENVS))})")
+    parser.add_argument("--ceiling-seconds", type=float, default=None,
+                        help="seconds to time the update-only ceiling per setting (default 5, 1 with --quick)")
     parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
     parser.add_argument("--configs", type=Path, default=REPO_ROOT / "configs",
                         help="folder of the shipped YAML configs (default: the repo's configs/)")
@@ -83,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.throughput_steps = args.throughput_steps or (20_000 if args.quick else 100_000)
     args.game_cap = args.game_cap or (60.0 if args.quick else 900.0)
+    args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
     try:
         args.scaling_envs = ([int(n) for n in args.scaling_envs.split(",")] if args.scaling_envs
                              else list(SCALING_NUM_ENVS[:3] if args.quick else SCALING_NUM_ENVS))
@@ -157,7 +160,7 @@ def run_ceiling(args, shipped: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, settings in (("rl_zoo", zoo_settings()), ("shipped", shipped)):
         params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
-                  "device": args.device, "min_seconds": 1.0 if args.quick else 5.0}
+                  "device": args.device, "min_seconds": args.ceiling_seconds}
         out[name] = run_in_fresh_process("ours_ceiling", params, args.threads, 600.0)
         _say(f"[ceiling] {name}: {_rate_text(out[name])}")
     return out
@@ -202,7 +205,7 @@ def run_scaling(args, shipped: dict[str, Any]) -> list[dict[str, Any]]:
         ceiling = run_in_fresh_process(
             "ours_ceiling", {"config_path": str(args.configs / "cartpole.yaml"),
                              "settings": settings, "device": args.device,
-                             "min_seconds": 1.0 if args.quick else 3.0}, args.threads, 600.0)
+                             "min_seconds": args.ceiling_seconds}, args.threads, 600.0)
         result["num_envs"] = num_envs
         result["ceiling_steps_per_second"] = ceiling.get("steps_per_second")
         points.append(result)

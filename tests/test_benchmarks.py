@@ -1,0 +1,117 @@
+"""Smoke test of the benchmark suite: every section runs end to end on a minuscule budget and
+leaves a table, results.json and PNG plots behind. It asserts what the suite produces, never a
+speed (the suite prints speeds; tests do not judge them)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("stable_baselines3")
+pytest.importorskip("matplotlib")
+
+from benchmarks import contender, run  # noqa: E402
+
+TINY_CARTPOLE = """\
+env_name: cartpole
+model_type: ppo-small
+num_envs: 16
+num_steps: 16
+mini_batch_size: 64
+update_epochs: 1
+learning_rate: 2.5e-3
+total_timesteps: 2048
+"""
+
+
+def _tiny_configs(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "cartpole.yaml").write_text(TINY_CARTPOLE)
+    for game in ("flappy_bird", "snake"):
+        (folder / f"{game}.yaml").write_text(
+            TINY_CARTPOLE.replace("env_name: cartpole", f"env_name: {game}"))
+    return folder
+
+
+def _in_this_process(kind: str, params: dict, threads: int, timeout: float) -> dict:
+    """The suite's runner without the fresh process (the slow part), and SB3's solve budget cut
+    from the RL Zoo's 100k steps to a few rollouts."""
+    if kind == "sb3_time_to_solve":
+        params = dict(params, total_steps=512)
+    try:
+        return contender.run_measurement(kind, params)
+    except Exception as error:  # the real runner reports a failed contender the same way
+        return {"error": f"{kind}: {type(error).__name__}: {error}"}
+
+
+def test_suite_prints_table_and_writes_plots(tmp_path, monkeypatch, capsys):
+    import torch
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(run, "run_in_fresh_process", _in_this_process)
+    configs, out = _tiny_configs(tmp_path / "configs"), tmp_path / "results"
+
+    exit_code = run.main(["--only", "throughput,ceiling,solve,scaling", "--games", "--game-cap", "1",
+                          "--throughput-steps", "2048", "--seeds", "1", "--scaling-envs", "16,32",
+                          "--ceiling-seconds", "0.05", "--configs", str(configs), "--out", str(out)])
+
+    assert exit_code == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    for profile in ("rl_zoo", "shipped"):
+        measured = results["throughput"]["profiles"][profile]
+        assert "error" not in measured["sb3"] and "error" not in measured["ours_native"], measured
+        assert measured["ours_native"]["steps"] >= 2048 and measured["sb3"]["steps"] >= 2048
+        assert results["ceiling"][profile]["steps_per_second"] > 0
+        if importlib.util.find_spec("envs.gym_vec") is not None:  # the Gymnasium adapter has landed
+            assert measured["ours_gym"]["steps"] >= 2048, measured["ours_gym"]
+    assert results["shipped_settings"]["num_envs"] == 16
+    assert [point["num_envs"] for point in results["scaling"]] == [16, 32]
+    assert all("error" not in point for point in results["scaling"])
+    assert len(results["time_to_solve"]["ours"]) == len(results["time_to_solve"]["sb3"]) == 1
+    assert set(results["games"]) == {"flappy_bird", "snake"}
+    for game in results["games"].values():
+        assert "error" not in game, game
+        assert set(game["solve_train_seconds_by_target"]) == {str(t) for t in game["targets"]}
+    # The table a person reads: console and markdown, with the SB3 ratios and the goals.
+    for text in (printed, (out / "results.md").read_text()):
+        assert "Throughput, identical settings (rl_zoo" in text
+        assert "Throughput, our shipped config vs SB3 with the RL Zoo config" in text
+        assert "End-to-end / update-only ceiling (shipped settings)" in text
+        assert "CartPole time to mean-100 return 475" in text
+        assert "Scaling: num_envs 32" in text
+        assert "flappy_bird: training seconds to mean score 50" in text
+    from PIL import Image
+
+    for name in ("throughput.png", "time_to_solve.png", "scaling.png"):
+        with Image.open(out / name) as image:
+            assert image.format == "PNG" and image.width > 300
+
+
+def test_contender_runs_in_fresh_process_and_times_from_launch(tmp_path):
+    config = tmp_path / "cartpole.yaml"
+    config.write_text(TINY_CARTPOLE.replace("total_timesteps: 2048", "total_timesteps: 4096"))
+    # A target that the first finished episodes pass: the point is the timing bookkeeping.
+    result = run.run_in_fresh_process("ours_time_to_solve", {"config_path": str(config), "target": 5.0,
+                                                             "cap_seconds": 60.0}, threads=1, timeout=120)
+    assert "error" not in result, result.get("error")
+    assert result["solved"] and result["solve_step"] <= 4096
+    # From launch includes the interpreter start and imports, so it is longer than the training time.
+    assert result["solve_since_launch"] > result["solve_train_seconds"] > 0
+    assert result["series"][-1][2] >= 5.0
+
+
+def test_contender_failure_is_reported_not_raised(tmp_path):
+    result = run.run_in_fresh_process("ours_throughput", {"config_path": str(tmp_path / "missing.yaml"),
+                                                          "settings": run.zoo_settings(), "env_name": "cartpole",
+                                                          "total_steps": 256}, threads=1, timeout=120)
+    assert "missing.yaml" in result["error"] and "does not exist" in result["error"]
+
+
+def test_unknown_section_names_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--only", "throughput,speed"])
+    message = capsys.readouterr().err
+    assert "unknown section(s) speed" in message and "ceiling" in message
