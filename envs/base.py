@@ -219,6 +219,9 @@ class VecEnv:
     stats: EpisodeStats
     name: str = "env"
     metadata: dict = {"render_fps": 30}
+    # False keeps a finished env on its last state until reset() (the single-env Gymnasium
+    # wrapper and the play command use it to show the crash); training always auto-resets.
+    auto_reset: bool = True
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:

@@ -120,6 +120,9 @@ class CartPoleVecEnv(VecEnv):
         self.stats.update(reward, self.episode_length, done)
 
         # Auto-reset: finished envs start again from a random state; the rest carry on.
+        if not self.auto_reset:
+            self.state = final_state
+            return final_state, reward, terminated, truncated, {"final_obs": final_state}
         start_states = self._random_start_states()
         obs = torch.empty_like(final_state)
         for column, (start, final) in enumerate(zip(start_states, final_state.unbind(1))):

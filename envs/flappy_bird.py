@@ -1,0 +1,420 @@
+"""Batched Flappy Bird on the classic 288 x 512 playfield, plus its pygame renderer.
+
+The rules follow the well-known FlapPyBird clone: every step the bird falls a little faster
+(gravity 1 px/step^2, at most 10 px/step); a flap sets its vertical speed to -9 px/step. Pipes
+52 px wide scroll left at `pipe_speed` px/step, one every `pipe_spacing` px, each with a gap of
+`gap_size` px at a random height. Touching a pipe or the ground ends the episode; the top of
+the screen is a ceiling the bird bumps against. The score is the number of pipes passed.
+
+Actions: 0 = do nothing, 1 = flap.
+
+Observation (default `obs="vector"`, 8 floats, roughly in [-1, 1]):
+    0  bird height (centre of the bird; -1 top of the screen, +1 the ground)
+    1  bird vertical speed / 10 (negative = going up)
+    2  next pipe: horizontal distance from the bird to the pipe's left edge / 288
+    3  next pipe: gap top minus bird centre, / 202 (half the playfield height)
+    4  next pipe: gap bottom minus bird centre, / 202
+    5-7  the same for the pipe after it
+`obs="pixels"`: `frame_stack` grayscale frames of `pixel_size` (default 2 x 84 x 84, values in
+[0, 1]: sky 0, ground 0.3, pipes 0.6, bird 1), for a CNN.
+
+Reward: `reward_alive` (+0.1) per step survived, `reward_pipe` (+10) per pipe passed and
+`reward_death` (-5) on the step the bird crashes. The episode is truncated after `max_steps`.
+"""
+from __future__ import annotations
+
+import math
+
+import gymnasium
+import numpy as np
+import torch
+from torch import Tensor
+
+from envs.base import EnvConfigError, UniformNoise, VecEnv
+from envs.rendering import font, import_pygame, surface_to_array
+
+SCREEN_WIDTH = 288
+SCREEN_HEIGHT = 512
+GROUND_Y = 404  # int(512 * 0.79): the top of the ground strip
+BIRD_X = 57  # int(288 * 0.2): left edge of the bird, which never moves horizontally
+BIRD_WIDTH = 34
+BIRD_HEIGHT = 24
+PIPE_WIDTH = 52
+GRAVITY = 1.0
+MAX_FALL_SPEED = 10.0
+HALF_FIELD = GROUND_Y / 2
+
+
+def _positive_number(name: str, value, minimum: float = 0.0, maximum: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        bounds = f"between {minimum} and {maximum}" if maximum < math.inf else f"at least {minimum}"
+        raise EnvConfigError(f"{name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+def _reward(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise EnvConfigError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _pixel_size(value) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 16 <= v <= 512 for v in value)
+    ):
+        raise EnvConfigError(f"pixel_size must be an integer or [height, width], each 16..512, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+class FlappyBirdVecEnv(VecEnv):
+    """`num_envs` Flappy Birds stepped together on `device`.
+
+    Keyword arguments (all optional):
+        obs: "vector" (8 normalised floats, default) or "pixels" (grayscale frames for a CNN).
+        pixel_size: frame size for obs="pixels", an int or [height, width] (default 84).
+        frame_stack: frames per pixel observation, so speed is visible (default 2).
+        gap_size: height of the gap between the pipes in px (default 100, as the original;
+            bigger is easier).
+        pipe_speed: px the pipes move left per step (default 4).
+        pipe_spacing: horizontal distance between consecutive pipes in px (default 144).
+        flap_velocity: vertical speed after a flap in px/step, negative is up (default -9).
+        reward_alive: reward for every step the bird survives (default 0.1).
+        reward_pipe: reward for each pipe passed (default 10.0).
+        reward_death: reward on the step the bird crashes (default -5.0).
+        max_steps: truncate an episode after this many steps (default 10000, about 277 pipes
+            at the default speed, so a perfect agent's episodes still end).
+
+    `score` (in the episode statistics) is the number of pipes passed.
+    """
+
+    name = "flappy_bird"
+    metadata = {"render_fps": 30}
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        obs: str = "vector",
+        pixel_size: int | tuple[int, int] = 84,
+        frame_stack: int = 2,
+        gap_size: float = 100,
+        pipe_speed: float = 4,
+        pipe_spacing: float = 144,
+        flap_velocity: float = -9,
+        reward_alive: float = 0.1,
+        reward_pipe: float = 10.0,
+        reward_death: float = -5.0,
+        max_steps: int = 10000,
+    ):
+        super().__init__(num_envs, device, seed)
+        if obs not in ("vector", "pixels"):
+            raise EnvConfigError(f"obs must be 'vector' or 'pixels', got {obs!r}")
+        if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or not 1 <= frame_stack <= 8:
+            raise EnvConfigError(f"frame_stack must be an integer from 1 to 8, got {frame_stack!r}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise EnvConfigError(f"max_steps must be a positive integer, got {max_steps!r}")
+        self.obs_mode = obs
+        self.pixel_size = _pixel_size(pixel_size)
+        self.frame_stack = frame_stack
+        self.gap_size = _positive_number("gap_size", gap_size, BIRD_HEIGHT + 6, GROUND_Y * 0.6)
+        self.pipe_speed = _positive_number("pipe_speed", pipe_speed, 0.5, 20)
+        self.pipe_spacing = _positive_number("pipe_spacing", pipe_spacing, 80 + self.pipe_speed, 600)
+        self.flap_velocity = _positive_number("flap_velocity", -flap_velocity, 1, 30) * -1.0
+        self.reward_alive = _reward("reward_alive", reward_alive)
+        self.reward_pipe = _reward("reward_pipe", reward_pipe)
+        self.reward_death = _reward("reward_death", reward_death)
+        self.max_steps = max_steps
+
+        # Gap tops are drawn as the original does: int(uniform in [0, 0.6 * ground - gap)) + 0.2 * ground.
+        self.gap_top_min = float(int(GROUND_Y * 0.2))
+        self.gap_top_range = float(int(GROUND_Y * 0.6 - self.gap_size))
+        # Enough pipes to cover the screen from the one leaving on the left to one beyond the right edge.
+        self.num_pipes = math.ceil((SCREEN_WIDTH + PIPE_WIDTH) / self.pipe_spacing) + 1
+        dev = self.device
+        self._pipe_slots = torch.arange(self.num_pipes, device=dev, dtype=torch.float32) * self.pipe_spacing
+        self._pipe_slots_int = torch.arange(self.num_pipes, device=dev)
+
+        if obs == "vector":
+            self.single_observation_space = gymnasium.spaces.Box(-2.0, 2.0, shape=(8,), dtype=np.float32)
+        else:
+            height, width = self.pixel_size
+            self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, shape=(frame_stack, height, width), dtype=np.float32)
+            # World coordinates of the centre of every observation pixel.
+            self._pixel_rows = (torch.arange(height, device=dev) + 0.5) * (SCREEN_HEIGHT / height)
+            self._pixel_cols = (torch.arange(width, device=dev) + 0.5) * (SCREEN_WIDTH / width)
+            ground_rows = (self._pixel_rows >= GROUND_Y).to(torch.float32)
+            self._ground_image = (ground_rows[:, None] * 0.3).expand(height, width).contiguous()
+            bird_cols = (self._pixel_cols >= BIRD_X) & (self._pixel_cols < BIRD_X + BIRD_WIDTH)
+            self._bird_cols = bird_cols.to(torch.float32)
+            self._frames: Tensor | None = None
+        self.single_action_space = gymnasium.spaces.Discrete(2)
+
+        self.bird_y = torch.zeros(num_envs, device=dev)  # top edge of the bird, px from the top
+        self.bird_velocity = torch.zeros(num_envs, device=dev)
+        self.pipe_offset = torch.zeros(num_envs, device=dev)  # left edge of pipe 0, px
+        self.gap_tops = torch.zeros(num_envs, self.num_pipes, device=dev)
+        self.score = torch.zeros(num_envs, device=dev)
+        self.episode_length = torch.zeros(num_envs, device=dev)
+        self._noise = UniformNoise(num_envs, self.generator, dev)
+        self._spawn_fields: Tensor | None = None
+        self._steps_taken = 0
+        self.reset()
+
+    # Game state -------------------------------------------------------------------------------
+
+    def _random_gap_tops(self, uniform: Tensor) -> Tensor:
+        return torch.floor(uniform * self.gap_top_range).add_(self.gap_top_min)
+
+    def _start_state(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(bird_y, bird_velocity, pipe_offset, gap_tops) of a new episode, for every env."""
+        gap_fields = [self._noise.draw(4) for _ in range(math.ceil(self.num_pipes / 4))]
+        gap_tops = self._random_gap_tops(torch.cat(gap_fields)[: self.num_pipes].t())
+        bird_y = torch.full((self.num_envs,), float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2), device=self.device)
+        velocity = torch.zeros(self.num_envs, device=self.device)
+        # The first pipe enters from the right edge of the screen.
+        pipe_offset = torch.full((self.num_envs,), float(SCREEN_WIDTH), device=self.device)
+        return bird_y, velocity, pipe_offset, gap_tops
+
+    def _reset_all(self) -> Tensor:
+        self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = self._start_state()
+        self.score.zero_()
+        self.episode_length.zero_()
+        self._steps_taken = 0
+        if self.obs_mode == "pixels":
+            frame = self._pixel_frame(self.bird_y, self.pipe_offset, self.gap_tops)
+            self._frames = frame.unsqueeze(1).expand(-1, self.frame_stack, -1, -1).contiguous()
+            return self._frames
+        return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops)
+
+    def _spawn_uniform(self) -> Tensor:
+        """(N,) uniform numbers for the gap of a pipe spawned this step.
+
+        One 64-bit draw per env gives four numbers, used over four steps: an env spawns at
+        most one pipe per `pipe_spacing / pipe_speed` >= 4 steps, so it never reuses one.
+        """
+        field = self._steps_taken % 4
+        if field == 0 or self._spawn_fields is None:
+            self._spawn_fields = self._noise.draw(4)
+        return self._spawn_fields[field]
+
+    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        actions = self._discrete_actions(actions)
+        flap = actions == 1
+        velocity = torch.where(flap, self.flap_velocity, (self.bird_velocity + GRAVITY).clamp_(max=MAX_FALL_SPEED))
+        bird_y = (self.bird_y + velocity).clamp_(min=0.0)  # the top of the screen is a ceiling
+        hit_ground = bird_y >= GROUND_Y - BIRD_HEIGHT
+        bird_y = bird_y.clamp_(max=GROUND_Y - BIRD_HEIGHT)
+
+        old_pipe_x = self.pipe_offset.unsqueeze(1) + self._pipe_slots
+        pipe_offset = self.pipe_offset - self.pipe_speed
+        pipe_x = old_pipe_x - self.pipe_speed
+        # A pipe is passed when its centre crosses the bird's centre.
+        crossing = BIRD_X + BIRD_WIDTH / 2 - PIPE_WIDTH / 2
+        pipes_passed = ((old_pipe_x > crossing) & (pipe_x <= crossing)).sum(1, dtype=torch.float32)
+        overlaps_x = (pipe_x < BIRD_X + BIRD_WIDTH) & (pipe_x > BIRD_X - PIPE_WIDTH)
+        outside_gap = (bird_y.unsqueeze(1) < self.gap_tops) | (bird_y.unsqueeze(1) > self.gap_tops + (self.gap_size - BIRD_HEIGHT))
+        hit_pipe = (overlaps_x & outside_gap).any(1)
+        terminated = hit_ground | hit_pipe
+
+        # When pipe 0 has left the screen, every pipe moves down one slot and a new one spawns.
+        shift = pipe_offset < -PIPE_WIDTH
+        pipe_offset = torch.where(shift, pipe_offset + self.pipe_spacing, pipe_offset)
+        shifted_gaps = torch.cat((self.gap_tops[:, 1:], self._random_gap_tops(self._spawn_uniform()).unsqueeze(1)), dim=1)
+        gap_tops = torch.where(shift.unsqueeze(1), shifted_gaps, self.gap_tops)
+        self._steps_taken += 1
+
+        score = self.score.add_(pipes_passed)
+        self.episode_length.add_(1.0)
+        truncated = self.episode_length >= self.max_steps
+        done = terminated | truncated
+        reward = torch.where(terminated, self.reward_death, self.reward_alive).add_(pipes_passed * self.reward_pipe)
+        self.stats.update(reward, score, done)
+
+        final_obs = self._observe(bird_y, velocity, pipe_offset, gap_tops, fresh_frames=None)
+        if self.auto_reset:
+            start_y, start_velocity, start_offset, start_gaps = self._start_state()
+            bird_y = torch.where(done, start_y, bird_y)
+            velocity = torch.where(done, start_velocity, velocity)
+            pipe_offset = torch.where(done, start_offset, pipe_offset)
+            gap_tops = torch.where(done.unsqueeze(1), start_gaps, gap_tops)
+            keep = (~done).to(torch.float32)
+            self.score.mul_(keep)
+            self.episode_length.mul_(keep)
+            obs = self._observe(bird_y, velocity, pipe_offset, gap_tops, fresh_frames=done)
+        else:
+            obs = final_obs
+        self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = bird_y, velocity, pipe_offset, gap_tops
+        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+
+    # Observations -----------------------------------------------------------------------------
+
+    def _observe(self, bird_y, velocity, pipe_offset, gap_tops, fresh_frames: Tensor | None) -> Tensor:
+        if self.obs_mode == "vector":
+            return self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
+        frame = self._pixel_frame(bird_y, pipe_offset, gap_tops)
+        stacked = torch.cat((self._frames[:, 1:], frame.unsqueeze(1)), dim=1)
+        if fresh_frames is None:
+            return stacked
+        # A new episode starts with its first frame repeated.
+        restart = frame.unsqueeze(1).expand_as(stacked)
+        self._frames = torch.where(fresh_frames.view(-1, 1, 1, 1), restart, stacked)
+        return self._frames
+
+    def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gap_tops: Tensor) -> Tensor:
+        pipe_x = pipe_offset.unsqueeze(1) + self._pipe_slots
+        # The next pipe is the first whose right edge is still ahead of the bird's left edge.
+        next_index = (pipe_x + PIPE_WIDTH <= BIRD_X).sum(1, keepdim=True)
+        indices = torch.cat((next_index, next_index + 1), dim=1)
+        next_x = torch.gather(pipe_x, 1, indices)
+        next_gap_top = torch.gather(gap_tops, 1, indices)
+        bird_centre = (bird_y + BIRD_HEIGHT / 2).unsqueeze(1)
+        obs = torch.empty(self.num_envs, 8, device=self.device)
+        obs[:, 0] = bird_centre.squeeze(1) / HALF_FIELD - 1.0
+        obs[:, 1] = velocity / MAX_FALL_SPEED
+        obs[:, 2::3] = (next_x - BIRD_X) / SCREEN_WIDTH
+        obs[:, 3::3] = (next_gap_top - bird_centre) / HALF_FIELD
+        obs[:, 4::3] = (next_gap_top + self.gap_size - bird_centre) / HALF_FIELD
+        return obs
+
+    def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gap_tops: Tensor) -> Tensor:
+        """(N, H, W) grayscale frames: sky 0, ground 0.3, pipes 0.6, bird 1."""
+        rows, cols = self._pixel_rows, self._pixel_cols
+        pipe_x = pipe_offset.unsqueeze(1) + self._pipe_slots  # (N, P)
+        in_pipe_cols = (cols >= pipe_x.unsqueeze(2)) & (cols < pipe_x.unsqueeze(2) + PIPE_WIDTH)  # (N, P, W)
+        outside_gap_rows = (rows < gap_tops.unsqueeze(2)) | (rows >= gap_tops.unsqueeze(2) + self.gap_size)  # (N, P, H)
+        outside_gap_rows &= rows < GROUND_Y
+        pipes = torch.einsum("nph,npw->nhw", outside_gap_rows.to(torch.float32), in_pipe_cols.to(torch.float32))
+        bird_rows = ((rows >= bird_y.unsqueeze(1)) & (rows < bird_y.unsqueeze(1) + BIRD_HEIGHT)).to(torch.float32)
+        bird = bird_rows.unsqueeze(2) * self._bird_cols
+        frame = torch.maximum(self._ground_image, pipes.clamp_(max=1.0).mul_(0.6))
+        return torch.maximum(frame, bird)
+
+    # Rendering --------------------------------------------------------------------------------
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """A 512 x 288 RGB frame of env `index`: sky, pipes, ground, bird and score."""
+        index = self._check_render_index(index)
+        values = torch.cat(
+            (
+                torch.stack((self.bird_y[index], self.bird_velocity[index], self.pipe_offset[index], self.score[index], self.episode_length[index])),
+                self.gap_tops[index],
+            )
+        ).cpu().numpy()
+        bird_y, velocity, pipe_offset, score, steps = values[:5]
+        gap_tops = values[5:]
+        pipe_xs = pipe_offset + np.arange(self.num_pipes) * self.pipe_spacing
+        return draw_flappy_bird(
+            float(bird_y), float(velocity), pipe_xs, gap_tops, self.gap_size, int(score), int(steps), self.pipe_speed
+        )
+
+
+SKY = (78, 192, 202)
+PIPE_GREEN = (115, 191, 46)
+PIPE_LIGHT = (155, 227, 89)
+PIPE_DARK = (84, 56, 71)
+GROUND_TOP = (101, 171, 43)
+GROUND_SAND = (222, 216, 149)
+GROUND_STRIPE = (208, 200, 128)
+BIRD_YELLOW = (250, 204, 38)
+BIRD_ORANGE = (245, 130, 30)
+OUTLINE = (70, 50, 50)
+
+
+def _draw_backdrop(pygame, surface) -> None:
+    surface.fill(SKY)
+    # Clouds, a pale city and bushes along the horizon, as in the original's background.
+    for x in range(-20, SCREEN_WIDTH + 40, 46):
+        pygame.draw.circle(surface, (233, 252, 217), (x, 330), 30)
+    for index, x in enumerate(range(0, SCREEN_WIDTH, 24)):
+        height = (28, 46, 36, 56, 30, 42)[index % 6]
+        pygame.draw.rect(surface, (216, 243, 220), (x, 352 - height, 20, height + 20))
+        for window_y in range(352 - height + 6, 352, 10):
+            pygame.draw.rect(surface, (180, 226, 200), (x + 4, window_y, 4, 4))
+            pygame.draw.rect(surface, (180, 226, 200), (x + 12, window_y, 4, 4))
+    for x in range(-10, SCREEN_WIDTH + 30, 28):
+        pygame.draw.circle(surface, (117, 213, 99), (x, 382), 20)
+    pygame.draw.rect(surface, (117, 213, 99), (0, 380, SCREEN_WIDTH, GROUND_Y - 380))
+
+
+def _draw_pipe(pygame, surface, x: float, top: float, bottom: float, cap_at_bottom: bool) -> None:
+    if bottom <= top:
+        return
+    body = pygame.Rect(int(x) + 2, int(top), PIPE_WIDTH - 4, int(bottom - top))
+    pygame.draw.rect(surface, PIPE_GREEN, body)
+    pygame.draw.rect(surface, PIPE_LIGHT, (body.x + 6, body.y, 6, body.height))
+    pygame.draw.rect(surface, PIPE_DARK, body, 2)
+    cap_height = 24
+    cap_y = bottom - cap_height if cap_at_bottom else top
+    cap = pygame.Rect(int(x) - 2, int(cap_y), PIPE_WIDTH + 4, cap_height)
+    pygame.draw.rect(surface, PIPE_GREEN, cap)
+    pygame.draw.rect(surface, PIPE_LIGHT, (cap.x + 6, cap.y + 2, 6, cap.height - 4))
+    pygame.draw.rect(surface, PIPE_DARK, cap, 2)
+
+
+def _draw_bird(pygame, surface, bird_y: float, velocity: float) -> None:
+    sprite = pygame.Surface((BIRD_WIDTH + 8, BIRD_HEIGHT + 8), pygame.SRCALPHA)
+    body = pygame.Rect(4, 4, BIRD_WIDTH, BIRD_HEIGHT)
+    pygame.draw.ellipse(sprite, BIRD_YELLOW, body)
+    pygame.draw.ellipse(sprite, OUTLINE, body, 2)
+    pygame.draw.ellipse(sprite, (252, 240, 200), (8, 10, 16, 10))  # wing
+    pygame.draw.ellipse(sprite, OUTLINE, (8, 10, 16, 10), 1)
+    pygame.draw.circle(sprite, (255, 255, 255), (29, 11), 6)  # eye
+    pygame.draw.circle(sprite, OUTLINE, (29, 11), 6, 1)
+    pygame.draw.circle(sprite, (0, 0, 0), (31, 11), 2)
+    pygame.draw.polygon(sprite, BIRD_ORANGE, [(30, 18), (41, 19), (30, 24)])  # beak
+    pygame.draw.polygon(sprite, OUTLINE, [(30, 18), (41, 19), (30, 24)], 1)
+    tilt = max(-90.0, min(25.0, -velocity * 3.0))  # nose up when rising, down when falling
+    rotated = pygame.transform.rotate(sprite, tilt)
+    centre = (BIRD_X + BIRD_WIDTH / 2, bird_y + BIRD_HEIGHT / 2)
+    surface.blit(rotated, rotated.get_rect(center=(int(centre[0]), int(centre[1]))))
+
+
+def _draw_ground(pygame, surface, steps: int, speed: float) -> None:
+    pygame.draw.rect(surface, GROUND_SAND, (0, GROUND_Y, SCREEN_WIDTH, SCREEN_HEIGHT - GROUND_Y))
+    pygame.draw.rect(surface, GROUND_TOP, (0, GROUND_Y, SCREEN_WIDTH, 10))
+    pygame.draw.line(surface, OUTLINE, (0, GROUND_Y), (SCREEN_WIDTH, GROUND_Y), 2)
+    shift = int(steps * speed) % 24
+    for x in range(-24 - shift, SCREEN_WIDTH + 24, 24):
+        pygame.draw.polygon(surface, (140, 200, 60), [(x, GROUND_Y + 2), (x + 12, GROUND_Y + 2), (x + 6, GROUND_Y + 10), (x - 6, GROUND_Y + 10)])
+    pygame.draw.line(surface, GROUND_STRIPE, (0, GROUND_Y + 12), (SCREEN_WIDTH, GROUND_Y + 12), 2)
+
+
+def _draw_score(pygame, surface, score: int) -> None:
+    text = str(score)
+    big = font(64)
+    outline = big.render(text, True, (0, 0, 0))
+    fill = big.render(text, True, (255, 255, 255))
+    x = SCREEN_WIDTH // 2 - fill.get_width() // 2
+    for dx, dy in ((-2, 0), (2, 0), (0, -2), (0, 2), (-2, -2), (2, 2), (-2, 2), (2, -2)):
+        surface.blit(outline, (x + dx, 30 + dy))
+    surface.blit(fill, (x, 30))
+
+
+def draw_flappy_bird(
+    bird_y: float,
+    velocity: float,
+    pipe_xs,
+    gap_tops,
+    gap_size: float,
+    score: int,
+    steps: int = 0,
+    pipe_speed: float = 4.0,
+) -> np.ndarray:
+    """Draw one Flappy Bird frame (512 x 288 x 3 uint8) from a game state."""
+    pygame = import_pygame()
+    surface = pygame.Surface((SCREEN_WIDTH, SCREEN_HEIGHT))
+    _draw_backdrop(pygame, surface)
+    for x, gap_top in zip(pipe_xs, gap_tops):
+        if x > SCREEN_WIDTH or x + PIPE_WIDTH < 0:
+            continue
+        _draw_pipe(pygame, surface, x, -30, gap_top, cap_at_bottom=True)
+        _draw_pipe(pygame, surface, x, gap_top + gap_size, GROUND_Y + 2, cap_at_bottom=False)
+    _draw_ground(pygame, surface, steps, pipe_speed)
+    _draw_bird(pygame, surface, bird_y, velocity)
+    _draw_score(pygame, surface, score)
+    return surface_to_array(surface)
