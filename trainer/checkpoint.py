@@ -93,8 +93,11 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        detail = next((line.strip() for line in str(error).splitlines() if "WeightsUnpickler" in line),
-                      str(error).splitlines()[0] if str(error) else "")
+        text = str(error)
+        if "global" not in text.lower():  # not a pickle of objects at all: a damaged or foreign file
+            raise CheckpointError(f"{path} is not a readable PyTorch file (damaged or not a .pth); nothing "
+                                  f"from it was executed") from None
+        detail = next((line.strip() for line in text.splitlines() if "Unsupported global" in line), "")
         raise CheckpointError(
             f"refused to load {path}: it contains Python objects other than tensors and plain values, "
             f"and loading those could run code hidden in the file. RL Studio models never contain "

@@ -273,6 +273,7 @@ def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:
 def _known_keys(raw: dict, problems: list[str]) -> tuple[dict, set[str]]:
     valid = field_names()
     values: dict = {}
+    source: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(key, str):
             problems.append(f"config keys must be names, got {key!r}")
@@ -281,10 +282,12 @@ def _known_keys(raw: dict, problems: list[str]) -> tuple[dict, set[str]]:
         if name not in valid:
             problems.append(_unknown_key_message(key, valid))
             continue
-        if name in values and name != key:
-            problems.append(f"{key!r} is another name for {name!r}; give only one of them")
+        if name in values:
+            other = source[name]
+            problems.append(f"{key!r} and {other!r} are two names for {name!r}; give only one of them")
             continue
         values[name] = value
+        source[name] = key
     return values, set(values)
 
 

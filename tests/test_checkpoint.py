@@ -1,0 +1,298 @@
+"""Checkpoints and models: round trip, resume equivalence, kill -9 during a save, unsafe files,
+stopping, GIFs and load_model().predict()."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_model, read_checkpoint
+from trainer.config import config_from_dict
+from trainer.events import read_events
+from trainer.loop import ResumeError, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_config(**overrides):
+    raw = {"env_name": "cartpole", "num_envs": 16, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 2,
+           "learning_rate": 1e-3, "total_timesteps": 16 * 16 * 6, "gif_interval": 0, "seed": 3,
+           "checkpoint": {"interval": 2, "keep": 2}}
+    raw.update(overrides)
+    return config_from_dict(raw)
+
+
+class UpdateCounter:
+    def __init__(self):
+        self.updates = 0
+        self.events = []
+
+    def __call__(self, event):
+        self.events.append(event)
+        if event["type"] == "metrics":
+            self.updates += 1
+
+
+def test_final_model_round_trip(tmp_path):
+    result = train(tiny_config(), tmp_path / "run")
+    assert result.status == "finished"
+    assert result.final_model == tmp_path / "run" / "cartpole_ppo_final.pth"
+    # A plain dict that torch opens with weights_only=True.
+    payload = torch.load(result.final_model, weights_only=True)
+    assert payload["kind"] == "model" and payload["global_step"] == result.step
+    assert payload["config"]["env_name"] == "cartpole"
+    model = load_model(result.final_model)
+    obs = torch.randn(32, 4)
+    with torch.no_grad():
+        expected = result.policy.act(obs, deterministic=True)[0].numpy()
+    actions, state = model.predict(obs.numpy(), deterministic=True)
+    assert state is None
+    np.testing.assert_array_equal(actions, expected)
+
+
+def test_predict_accepts_one_observation_or_a_batch(tmp_path):
+    result = train(tiny_config(total_timesteps=256, checkpoint={"interval": 0}), tmp_path / "run")
+    model = load_model(result.final_model)
+    single, _ = model.predict(np.zeros(4, dtype=np.float32))
+    assert np.ndim(single) == 0 and int(single) in (0, 1)
+    batch, _ = model.predict(np.zeros((5, 4)))
+    assert batch.shape == (5,) and batch.dtype == np.int64
+    from_list, _ = model.predict([0.0, 0.1, 0.0, -0.1])
+    assert np.ndim(from_list) == 0
+    tensor_batch, _ = model.predict(torch.zeros(3, 4))
+    assert isinstance(tensor_batch, np.ndarray) and tensor_batch.shape == (3,)
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        model.predict(np.zeros(5))
+    # A checkpoint loads for acting too.
+    checkpoint_model = load_model(next(iter(list_checkpoints(tmp_path / "run" / "checkpoints")))[1])
+    assert checkpoint_model.predict(np.zeros(4))[0] in (0, 1)
+
+
+def test_model_plays_the_gymnasium_env(tmp_path):
+    import gymnasium
+
+    result = train(tiny_config(total_timesteps=256, checkpoint={"interval": 0}), tmp_path / "run")
+    model = load_model(result.final_model)
+    env = gymnasium.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    for _ in range(20):
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+
+
+def test_checkpoints_are_written_and_only_the_last_k_kept(tmp_path):
+    counter = UpdateCounter()
+    train(tiny_config(), tmp_path / "run", sinks=[counter])
+    steps = [step for step, _ in list_checkpoints(tmp_path / "run" / "checkpoints")]
+    assert steps == [16 * 16 * 4, 16 * 16 * 6]          # interval 2 of 6 updates, keep 2
+    announced = [event["step"] for event in counter.events if event["type"] == "checkpoint"]
+    assert announced == [16 * 16 * 2, 16 * 16 * 4, 16 * 16 * 6]
+    payload = read_checkpoint(tmp_path / "run" / "checkpoints" / f"ckpt_{16 * 16 * 6}.pth")
+    for key in ("optimizer_state", "rng", "env_state", "next_obs", "policy_state", "config", "global_step"):
+        assert key in payload
+
+
+@pytest.mark.parametrize("options", [{}, {"norm_obs": True, "norm_reward": True, "clip_vloss": True,
+                                          "use_per": True, "target_kl": 0.5}], ids=["default", "all-options"])
+def test_stopped_and_resumed_run_equals_straight_run(tmp_path, options):
+    config = tiny_config(**options)
+    straight = train(config, tmp_path / "straight")
+
+    counter = UpdateCounter()
+    stopped = train(config, tmp_path / "resumed", sinks=[counter], should_stop=lambda: counter.updates >= 3)
+    assert stopped.status == "stopped" and stopped.step == 16 * 16 * 3
+    resumed = train(config, tmp_path / "resumed", resume=True)
+    assert resumed.status == "finished" and resumed.step == straight.step
+
+    for name, tensor in straight.policy.state_dict().items():
+        assert torch.equal(tensor, resumed.policy.state_dict()[name]), name
+    # The curves continue: every update's step appears once, in order.
+    steps = [event["step"] for event in read_events(tmp_path / "resumed" / "metrics.jsonl")
+             if event["type"] == "metrics"]
+    assert steps == [16 * 16 * n for n in range(1, 7)]
+    starts = [event for event in read_events(tmp_path / "resumed" / "metrics.jsonl") if event["type"] == "start"]
+    assert [event["resumed_from_step"] for event in starts] == [None, 16 * 16 * 3]
+
+
+def test_resume_drops_metrics_written_after_the_checkpoint(tmp_path):
+    config = tiny_config(checkpoint={"interval": 2, "keep": 3})
+    train(config, tmp_path / "run")
+    # Pretend the process died after update 5: only checkpoints up to step 4 x 256 survive.
+    (tmp_path / "run" / "checkpoints" / f"ckpt_{256 * 6}.pth").unlink()
+    (tmp_path / "run" / "cartpole_ppo_final.pth").unlink()
+    train(config, tmp_path / "run", resume=True)
+    steps = [event["step"] for event in read_events(tmp_path / "run" / "metrics.jsonl") if event["type"] == "metrics"]
+    assert steps == [256 * n for n in range(1, 7)]
+
+
+def test_resume_without_checkpoint_says_so(tmp_path):
+    with pytest.raises(ResumeError, match="no loadable checkpoint"):
+        train(tiny_config(), tmp_path / "empty", resume=True)
+
+
+def test_stop_signal_saves_checkpoint_and_final_model(tmp_path):
+    counter = UpdateCounter()
+    result = train(tiny_config(checkpoint={"interval": 0}), tmp_path / "run", sinks=[counter],
+                   should_stop=lambda: counter.updates >= 2)
+    assert result.status == "stopped" and result.step == 512
+    assert [step for step, _ in list_checkpoints(tmp_path / "run" / "checkpoints")] == [512]
+    assert load_model(result.final_model).global_step == 512
+    end = counter.events[-1]
+    assert end["type"] == "end" and end["status"] == "stopped" and end["final_model"] == str(result.final_model)
+
+
+def test_rollout_gif_is_written_and_announced(tmp_path):
+    from PIL import Image
+
+    counter = UpdateCounter()
+    train(tiny_config(gif_interval=2, gif_time_fraction=1.0, gif_max_frames=40), tmp_path / "run", sinks=[counter])
+    gifs = [event for event in counter.events if event["type"] == "gif"]
+    assert gifs, "no gif event"
+    for event in gifs:
+        path = Path(event["path"])
+        assert path.parent == tmp_path / "run" / "rollouts" and path.name == f"step_{event['step']}.gif"
+        assert 1 <= event["frames"] <= 40
+        with Image.open(path) as image:
+            assert image.format == "GIF"
+            # PIL merges identical consecutive frames, adding up their durations.
+            durations = []
+            for index in range(image.n_frames):
+                image.seek(index)
+                durations.append(image.info["duration"])
+        assert sum(durations) == event["frames"] * min(durations)
+        assert event["episode_return"] > 0
+
+
+def test_gifs_do_not_change_what_is_learned(tmp_path):
+    plain = train(tiny_config(total_timesteps=1024), tmp_path / "plain")
+    with_gifs = train(tiny_config(total_timesteps=1024, gif_interval=1, gif_time_fraction=1.0, gif_max_frames=20),
+                      tmp_path / "gifs")
+    for name, tensor in plain.policy.state_dict().items():
+        assert torch.equal(tensor, with_gifs.policy.state_dict()[name]), name
+
+
+# -- unsafe and damaged files -----------------------------------------------------------------
+
+
+class Exploit:
+    """Unpickling this runs a shell command (what a malicious .pth would do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_malicious_pth_is_refused_and_nothing_runs(tmp_path, zip_format):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "model.pth"
+    torch.save({"format": "rl-studio", "format_version": 1, "policy_state": Exploit(marker)}, path,
+               _use_new_zipfile_serialization=zip_format)
+    with pytest.raises(CheckpointError) as info:
+        load_model(path)
+    assert "refused" in str(info.value) and "Nothing from it was executed" in str(info.value)
+    assert not marker.exists()
+
+    completed = subprocess.run([sys.executable, "-m", "trainer", "evaluate", str(path), "--episodes", "1"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2 and "refused" in completed.stderr
+    assert not marker.exists()
+
+
+def test_foreign_and_damaged_files_get_clear_errors(tmp_path):
+    plain = tmp_path / "state_dict.pth"
+    torch.save({"weight": torch.zeros(2)}, plain)
+    with pytest.raises(CheckpointError, match="not an RL Studio model"):
+        load_model(plain)
+    damaged = tmp_path / "damaged.pth"
+    damaged.write_bytes(b"not a torch file at all")
+    with pytest.raises(CheckpointError, match="not a readable PyTorch file"):
+        load_model(damaged)
+    with pytest.raises(CheckpointError, match="no such file"):
+        load_model(tmp_path / "missing.pth")
+
+
+KILL_DURING_SAVE = """
+import sys, torch
+from pathlib import Path
+from trainer.checkpoint import atomic_save
+folder = Path(sys.argv[1])
+atomic_save({"format": "rl-studio", "format_version": 1, "kind": "checkpoint", "global_step": 1,
+             "weights": torch.arange(10.0)}, folder / "ckpt_1.pth")
+print("first saved", flush=True)
+atomic_save({"format": "rl-studio", "format_version": 1, "kind": "checkpoint", "global_step": 2,
+             "weights": torch.ones(150_000_000)}, folder / "ckpt_2.pth")
+print("second saved", flush=True)
+"""
+
+
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    process = subprocess.Popen([sys.executable, "-c", KILL_DURING_SAVE, str(folder)], cwd=ROOT,
+                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert process.stdout.readline().strip() == "first saved"
+        deadline = time.monotonic() + 60
+        while not any(path.name.endswith(".tmp") and path.stat().st_size > 0 for path in folder.iterdir()):
+            assert time.monotonic() < deadline, "the second save never started"
+            time.sleep(0.001)
+        process.send_signal(signal.SIGKILL)   # mid-write of the 600 MB second checkpoint
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert not (folder / "ckpt_2.pth").exists(), "the save finished before the kill; the test proves nothing"
+    path, payload = latest_checkpoint(folder)
+    assert path == folder / "ckpt_1.pth" and payload["global_step"] == 1
+    assert torch.equal(payload["weights"], torch.arange(10.0))
+
+
+def test_latest_checkpoint_skips_a_damaged_newest_file(tmp_path):
+    result = train(tiny_config(checkpoint={"interval": 2, "keep": 3}), tmp_path / "run")
+    folder = tmp_path / "run" / "checkpoints"
+    newest = list_checkpoints(folder)[-1][1]
+    newest.write_bytes(newest.read_bytes()[:100])   # torn file
+    path, payload = latest_checkpoint(folder)
+    assert path != newest and payload["global_step"] < result.step
+
+
+def test_metrics_jsonl_holds_the_event_schema(tmp_path):
+    from trainer.events import EVENT_FIELDS
+
+    train(tiny_config(gif_interval=3, gif_time_fraction=1.0, gif_max_frames=10), tmp_path / "run")
+    events = read_events(tmp_path / "run" / "metrics.jsonl")
+    assert events[0]["type"] == "start" and events[-1]["type"] == "end"
+    kinds = {event["type"] for event in events}
+    assert {"start", "metrics", "checkpoint", "gif", "model", "end"} <= kinds
+    for event in events:
+        assert isinstance(event["time"], float)
+        for field in EVENT_FIELDS[event["type"]]:
+            assert field in event, (event["type"], field)
+    for event in events:
+        for key in ("path", "final_model"):
+            if event.get(key):
+                assert Path(event[key]).is_absolute()
+    json.dumps(events)  # every event is plain JSON
+    config_text = (tmp_path / "run" / "config.yaml").read_text()
+    assert "total_timesteps: 1536" in config_text and "mini_batch_size: 64" in config_text
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "[STEP 1536] EpLenMean:" in log and "EpRewMean:" in log and "FPS:" in log

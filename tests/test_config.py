@@ -1,0 +1,164 @@
+"""Config loading and validation: the errors a person sees, and the YAML people copy from guides."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import ConfigError, TrainConfig, config_from_dict, config_reference, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(raw: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    return str(info.value)
+
+
+def test_defaults_are_complete_and_valid():
+    config = load_config()
+    assert config.device == "auto"
+    assert config.batch_size == config.num_envs * config.num_steps
+    assert config.batch_size % config.mini_batch_size == 0
+    assert config.num_minibatches == config.batch_size // config.mini_batch_size
+
+
+def test_guide_yaml_underscored_numbers_and_exponents(tmp_path):
+    path = write(tmp_path, "total_timesteps: 2_000_000\nlearning_rate: 1e-3\nent_coef: 1.0e-2\nnum_envs: 8\n")
+    config = load_config(path)
+    assert config.total_timesteps == 2_000_000
+    assert config.learning_rate == pytest.approx(1e-3)  # PyYAML reads `1e-3` as a string
+    assert config.ent_coef == pytest.approx(0.01)
+
+
+def test_max_steps_is_an_alias_of_total_timesteps(tmp_path):
+    assert load_config(write(tmp_path, "max_steps: 5000\n")).total_timesteps == 5000
+    message = error_of({"max_steps": 10, "total_timesteps": 20})
+    assert "max_steps" in message and "total_timesteps" in message
+
+
+def test_shipped_guide_config_loads():
+    config = load_config(ROOT / "configs" / "train_flappy_bird.yaml")
+    assert (config.model_type, config.num_envs, config.seed, config.total_timesteps, config.update_epochs) == (
+        "ppo-small", 64, 42, 2_000_000, 4)
+    assert config.vector_env is True and config.num_workers == 8
+
+
+@pytest.mark.parametrize("name", ["cartpole.yaml", "flappy_bird.yaml", "snake.yaml"])
+def test_shipped_tuned_configs_load(name):
+    path = ROOT / "configs" / name
+    if not path.exists():
+        pytest.skip(f"{name} not written yet")
+    load_config(path)
+
+
+def test_overrides_with_dotted_keys():
+    config = load_config(None, ["learning_rate=3e-4", "checkpoint.interval=7", "num_envs=16", "gpu_ids=0,1"])
+    assert config.learning_rate == pytest.approx(3e-4)
+    assert config.checkpoint.interval == 7
+    assert config.num_envs == 16
+    assert config.gpu_ids == [0, 1]
+
+
+def test_unknown_key_names_the_closest_valid_key():
+    message = error_of({"learnig_rate": 0.001})
+    assert "learnig_rate" in message and "did you mean 'learning_rate'" in message.lower()
+    message = error_of({"checkpoint": {"intervall": 5}})
+    assert "checkpoint.interval" in message
+
+
+def test_wrong_type_and_range_name_key_value_and_rule():
+    message = error_of({"num_envs": -4})
+    assert "num_envs" in message and "-4" in message and "positive integer" in message
+    message = error_of({"gamma": 1.5})
+    assert "gamma" in message and "1.5" in message and "[0.0, 1.0]" in message
+    message = error_of({"learning_rate": "fast"})
+    assert "learning_rate" in message and "'fast'" in message and "number" in message
+
+
+def test_several_problems_are_listed_together():
+    message = error_of({"num_envs": 0, "gamma": 7, "algo": "dqn"})
+    assert "3 problems" in message and "num_envs" in message and "gamma" in message and "algo" in message
+
+
+def test_language_model_is_not_a_policy():
+    message = error_of({"model_type": "qwen-7b"})
+    assert "language model" in message
+    for model_type in ("ppo-small", "ppo-medium", "ppo-large", "ppo-cnn"):
+        assert model_type in message
+
+
+def test_unknown_model_type_suggests_closest():
+    assert "ppo-small" in error_of({"model_type": "ppo-smal"})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_gpu_suggests_auto():
+    message = error_of({"device": "cuda"})
+    assert "no usable CUDA GPU" in message and "auto" in message
+
+
+def test_batch_size_must_match_num_envs_times_num_steps():
+    message = error_of({"num_envs": 8, "num_steps": 16, "batch_size": 100})
+    assert "num_envs x num_steps" in message and "8 x 16 = 128" in message
+
+
+def test_batch_size_derives_num_steps_and_must_be_a_multiple_of_num_envs():
+    config = config_from_dict({"num_envs": 8, "batch_size": 256})
+    assert config.num_steps == 32
+    message = error_of({"num_envs": 8, "batch_size": 100})
+    assert "multiple of num_envs" in message and "96" in message and "104" in message
+
+
+def test_mini_batch_size_must_divide_batch_size_and_fit_in_it():
+    message = error_of({"num_envs": 8, "num_steps": 32, "mini_batch_size": 100})
+    assert "must divide batch_size (256" in message and "64" in message and "128" in message
+    message = error_of({"num_envs": 8, "num_steps": 32, "mini_batch_size": 512})
+    assert "larger than batch_size" in message
+
+
+def test_num_minibatches_is_accepted_cleanrl_style():
+    config = config_from_dict({"num_envs": 8, "num_steps": 32, "num_minibatches": 4})
+    assert config.mini_batch_size == 64
+
+
+def test_a2c_is_single_epoch():
+    config = config_from_dict({"algo": "a2c", "num_envs": 8, "num_steps": 5})
+    assert config.update_epochs == 1 and config.mini_batch_size == 40
+    assert "a2c" in error_of({"algo": "a2c", "update_epochs": 4})
+
+
+def test_unknown_env_name_lists_names_and_closest():
+    message = error_of({"env_name": "CartPol-v1"})
+    assert "CartPole-v1" in message and "flappy_bird" in message
+
+
+def test_bad_yaml_and_missing_file_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "a: [1, 2\n"))
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["learning_rate"])
+
+
+def test_round_trip_through_dict_keeps_every_value():
+    config = load_config(None, ["num_envs=16", "num_steps=8", "checkpoint.keep=5", "env_kwargs={max_episode_steps: 100}"])
+    again = config_from_dict(config.to_dict())
+    assert again == config
+    assert isinstance(again, TrainConfig)
+
+
+def test_readme_documents_every_key():
+    readme = ROOT / "docs" / "readme" / "trainer.md"
+    if not readme.exists():
+        pytest.skip("docs/readme/trainer.md not written yet")
+    text = readme.read_text()
+    missing = [key for key, _, _ in config_reference() if f"`{key}`" not in text]
+    assert not missing, f"keys missing from the README's config reference: {missing}"
