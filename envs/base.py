@@ -256,6 +256,10 @@ class VecEnv:
     def render(self, index: int = 0) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} cannot render")
 
+    def game_score(self) -> Tensor:
+        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
+        return self.stats.running_score
+
     def close(self) -> None:
         """Release windows, processes and other resources (idempotent)."""
 

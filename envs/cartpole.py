@@ -131,6 +131,10 @@ class CartPoleVecEnv(VecEnv):
         self.state = obs
         return obs, reward, terminated, truncated, {"final_obs": final_state}
 
+    def game_score(self) -> Tensor:
+        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
+        return self.episode_length
+
     # Rendering --------------------------------------------------------------------------------
 
     def render(self, index: int = 0) -> np.ndarray:

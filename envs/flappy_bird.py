@@ -294,6 +294,10 @@ class FlappyBirdVecEnv(VecEnv):
         frame = torch.maximum(self._ground_image, pipes.clamp_(max=1.0).mul_(0.6))
         return torch.maximum(frame, bird)
 
+    def game_score(self) -> Tensor:
+        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
+        return self.score
+
     # Rendering --------------------------------------------------------------------------------
 
     def render(self, index: int = 0) -> np.ndarray:

@@ -305,6 +305,10 @@ class SnakeVecEnv(VecEnv):
         planes[:, 2].scatter_(1, self.food.clamp(min=0).unsqueeze(1), has_food)
         return planes.view(self.num_envs, 3, self.height, self.width)
 
+    def game_score(self) -> Tensor:
+        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
+        return self.score
+
     # Rendering --------------------------------------------------------------------------------
 
     def body_cells(self, index: int = 0) -> list[tuple[int, int]]:
