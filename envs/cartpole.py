@@ -6,8 +6,10 @@ terminates when the cart leaves [-2.4, 2.4] or the pole leans past 12 degrees, a
 truncated after `max_episode_steps` (500) steps. Reward is +1 for every step, the last one
 included (or, with `sutton_barto_reward=True`, 0 per step and -1 on termination).
 
-Gymnasium keeps the state in float64; this env keeps it in float32 (the observation dtype), so
-the two agree to float32 rounding from the same state (tests/test_envs_cartpole.py).
+Gymnasium keeps the state in float64; this env keeps it in float32 (the observation dtype) by
+default, so one transition agrees with Gymnasium's to float32 rounding. Long free runs then
+drift apart, as CartPole amplifies rounding differences; `precision="float64"` computes exactly
+as Gymnasium does (tests/test_envs_cartpole.py checks both) at about half the speed.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class CartPoleVecEnv(VecEnv):
         max_episode_steps: truncate an episode after this many steps (default 500, as v1).
         sutton_barto_reward: 0 per step and -1 on termination instead of +1 per step
             (Gymnasium's option of the same name; default False).
+        precision: "float32" (default, fast) or "float64" (Gymnasium's own arithmetic).
 
     `score` (in the episode statistics) is the episode length.
     """
@@ -57,18 +60,22 @@ class CartPoleVecEnv(VecEnv):
         seed: int | None = None,
         max_episode_steps: int = 500,
         sutton_barto_reward: bool = False,
+        precision: str = "float32",
     ):
         super().__init__(num_envs, device, seed)
         if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
             raise EnvConfigError(f"max_episode_steps must be a positive integer, got {max_episode_steps!r}")
         if not isinstance(sutton_barto_reward, bool):
             raise EnvConfigError(f"sutton_barto_reward must be true or false, got {sutton_barto_reward!r}")
+        if precision not in ("float32", "float64"):
+            raise EnvConfigError(f"precision must be 'float32' or 'float64', got {precision!r}")
+        self.state_dtype = torch.float32 if precision == "float32" else torch.float64
         self.max_episode_steps = max_episode_steps
         self.sutton_barto_reward = sutton_barto_reward
         high = np.array([POSITION_LIMIT * 2, np.inf, ANGLE_LIMIT_RADIANS * 2, np.inf], dtype=np.float32)
         self.single_observation_space = gymnasium.spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space = gymnasium.spaces.Discrete(2)
-        self.state = torch.zeros(num_envs, 4, device=self.device)
+        self.state = torch.zeros(num_envs, 4, device=self.device, dtype=self.state_dtype)
         self.episode_length = torch.zeros(num_envs, device=self.device)
         self._noise = UniformNoise(num_envs, self.generator, self.device)
         self._screen = None
@@ -76,16 +83,16 @@ class CartPoleVecEnv(VecEnv):
 
     def _random_start_states(self) -> Tensor:
         """(4, N) fresh start states, uniform in (-0.05, 0.05), one column per env."""
-        return self._noise.draw(4, -RESET_NOISE, RESET_NOISE)
+        return self._noise.draw(4, -RESET_NOISE, RESET_NOISE).to(self.state_dtype)
 
     def _reset_all(self) -> Tensor:
         self.state = self._random_start_states().t().contiguous()
         self.episode_length.zero_()
-        return self.state
+        return self.state.to(torch.float32)
 
     def set_state(self, state: Tensor | np.ndarray, episode_length: Tensor | np.ndarray | None = None) -> None:
         """Put every env in a given (N, 4) state (tests use it to compare with Gymnasium)."""
-        self.state = torch.as_tensor(state, dtype=torch.float32, device=self.device).reshape(self.num_envs, 4).clone()
+        self.state = torch.as_tensor(state, dtype=self.state_dtype, device=self.device).reshape(self.num_envs, 4).clone()
         if episode_length is not None:
             self.episode_length.copy_(torch.as_tensor(episode_length, dtype=torch.float32).reshape(self.num_envs))
 
@@ -93,7 +100,7 @@ class CartPoleVecEnv(VecEnv):
         actions = self._discrete_actions(actions)
         # Every step writes new tensors (the caller may keep the ones returned last time).
         x, x_velocity, angle, angular_velocity = self.state.unbind(1)
-        force = actions.to(torch.float32).mul_(2 * FORCE_MAGNITUDE).sub_(FORCE_MAGNITUDE)  # 0 -> -10, 1 -> +10
+        force = actions.to(self.state_dtype).mul_(2 * FORCE_MAGNITUDE).sub_(FORCE_MAGNITUDE)  # 0 -> -10, 1 -> +10
         cos_angle = torch.cos(angle)
         sin_angle = torch.sin(angle)
         # The same expressions, in the same order, as gymnasium/envs/classic_control/cartpole.py.
@@ -122,14 +129,15 @@ class CartPoleVecEnv(VecEnv):
         # Auto-reset: finished envs start again from a random state; the rest carry on.
         if not self.auto_reset:
             self.state = final_state
-            return final_state, reward, terminated, truncated, {"final_obs": final_state}
+            final_obs = final_state.to(torch.float32)
+            return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
         start_states = self._random_start_states()
         obs = torch.empty_like(final_state)
         for column, (start, final) in enumerate(zip(start_states, final_state.unbind(1))):
             torch.where(done, start, final, out=obs[:, column])  # 4 columns, not a loop over envs
         self.episode_length.mul_((~done).to(torch.float32))
         self.state = obs
-        return obs, reward, terminated, truncated, {"final_obs": final_state}
+        return obs.to(torch.float32), reward, terminated, truncated, {"final_obs": final_state.to(torch.float32)}
 
     def game_score(self) -> Tensor:
         """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
