@@ -70,6 +70,17 @@ class UpdateBatch:
     returns: Tensor
     values: Tensor
 
+    def take(self, rows: Tensor) -> "UpdateBatch":
+        """The samples at `rows` (a copy)."""
+        return UpdateBatch(*(tensor[rows] for tensor in self._fields()))
+
+    def slice(self, start: int, stop: int) -> "UpdateBatch":
+        """Samples start..stop-1 (views, no copy)."""
+        return UpdateBatch(*(tensor[start:stop] for tensor in self._fields()))
+
+    def _fields(self) -> tuple[Tensor, ...]:
+        return self.obs, self.actions, self.log_probs, self.advantages, self.returns, self.values
+
 
 @dataclass
 class UpdateSettings:
@@ -104,16 +115,17 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
     sampler = _PrioritySampler(batch.advantages, settings, generator) if settings.use_per else None
     for _ in range(settings.update_epochs):
         epoch_kl = torch.zeros((), device=device)
-        if sampler is None:
-            order = torch.randperm(batch_size, generator=generator, device=device)
+        if sampler is None:  # shuffle once per epoch; minibatches are then contiguous views
+            shuffled = batch.take(torch.randperm(batch_size, generator=generator, device=device))
         for index in range(num_minibatches):
             if sampler is None:
-                rows = order[index * settings.mini_batch_size:(index + 1) * settings.mini_batch_size]
-                value_weights = None
+                start = index * settings.mini_batch_size
+                minibatch, value_weights = shuffled.slice(start, start + settings.mini_batch_size), None
             else:
                 rows, value_weights = sampler.sample()
-            stats = _minibatch_step(policy, optimizer, batch, rows, value_weights, settings,
-                                    learning_rate, reduce_gradients)
+                minibatch = batch.take(rows)
+            stats = _minibatch_step(policy, optimizer, minibatch, value_weights, settings, learning_rate,
+                                    reduce_gradients)
             totals += stats
             epoch_kl += stats[3]
             steps_taken += 1
@@ -129,14 +141,14 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
     return result
 
 
-def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, rows: Tensor,
-                    value_weights: Tensor | None, settings: UpdateSettings, learning_rate: float,
+def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, value_weights: Tensor | None,
+                    settings: UpdateSettings, learning_rate: float,
                     reduce_gradients: Callable[[Tensor], None] | None) -> Tensor:
-    new_log_prob, entropy, new_value = policy.evaluate(batch.obs[rows], batch.actions[rows])
-    log_ratio = new_log_prob - batch.log_probs[rows]
+    new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions)
+    log_ratio = new_log_prob - batch.log_probs
     ratio = log_ratio.exp()
 
-    advantages = batch.advantages[rows]
+    advantages = batch.advantages
     if settings.norm_adv and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
@@ -148,10 +160,10 @@ def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, ro
         policy_loss = torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
 
     # Value loss: squared error to the GAE returns, optionally clipped around the old values.
-    returns = batch.returns[rows]
+    returns = batch.returns
     value_error = (new_value - returns).square()
     if settings.clip_vloss:
-        old_value = batch.values[rows]
+        old_value = batch.values
         clipped_value = old_value + (new_value - old_value).clamp(-settings.clip_coef, settings.clip_coef)
         value_error = torch.max(value_error, (clipped_value - returns).square())
     if value_weights is not None:

@@ -1,0 +1,135 @@
+"""The algorithm's pieces against plain reference implementations: GAE, Adam, sampling,
+log-probabilities, the networks' heads, normalisation."""
+import math
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from trainer.models import build_policy, make_policy_spec
+from trainer.normalization import RunningMeanStd
+from trainer.ppo import Adam, compute_gae
+
+
+def reference_gae(rewards, values, dones, last_value, gamma, lam):
+    steps, envs = rewards.shape
+    advantages = np.zeros((steps, envs))
+    for env in range(envs):
+        running = 0.0
+        for t in reversed(range(steps)):
+            next_value = last_value[env] if t == steps - 1 else values[t + 1, env]
+            not_done = 1.0 - dones[t, env]
+            delta = rewards[t, env] + gamma * next_value * not_done - values[t, env]
+            running = delta + gamma * lam * not_done * running
+            advantages[t, env] = running
+    return advantages
+
+
+def test_gae_matches_the_textbook_loop():
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.randn(7, 3, generator=generator)
+    values = torch.randn(7, 3, generator=generator)
+    dones = (torch.rand(7, 3, generator=generator) < 0.3).float()
+    last_value = torch.randn(3, generator=generator)
+    advantages, returns = compute_gae(rewards, values, dones, last_value, 0.97, 0.9)
+    expected = reference_gae(rewards.numpy(), values.numpy(), dones.numpy(), last_value.numpy(), 0.97, 0.9)
+    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(returns.numpy(), expected + values.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_flat_adam_matches_torch_adam_and_clips_the_global_norm():
+    torch.manual_seed(0)
+    ours_net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    torch_net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    torch_net.load_state_dict(ours_net.state_dict())
+    ours = Adam(ours_net, eps=1e-5)
+    reference = torch.optim.Adam(torch_net.parameters(), lr=1e-2, eps=1e-5)
+    for _ in range(5):
+        x = torch.randn(16, 4)
+        ours.zero_grad()
+        ours_net(x).square().sum().backward()
+        norm = ours.clip_grad_norm(0.5)
+        ours.step(1e-2)
+        reference.zero_grad()
+        torch_net(x).square().sum().backward()
+        reference_norm = torch.nn.utils.clip_grad_norm_(torch_net.parameters(), 0.5)
+        reference.step()
+        assert norm.item() == pytest.approx(reference_norm.item(), rel=1e-5)
+    for ours_param, torch_param in zip(ours_net.parameters(), torch_net.parameters()):
+        torch.testing.assert_close(ours_param, torch_param, rtol=1e-5, atol=1e-6)
+    # Saving and loading the module keeps the parameters inside the flat vector.
+    ours_net.load_state_dict(torch_net.state_dict())
+    assert ours_net[0].weight.data_ptr() == ours.flat_param.data_ptr()
+
+
+def discrete_policy(n=3):
+    spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (5,)), gymnasium.spaces.Discrete(n))
+    torch.manual_seed(1)
+    return build_policy(spec)
+
+
+def test_categorical_sampling_follows_the_policy_probabilities():
+    policy = discrete_policy()
+    with torch.no_grad():
+        policy.actor[-1].weight.mul_(300)  # make the distribution clearly non-uniform
+    obs = torch.randn(1, 5).expand(60_000, 5)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        actions, log_probs, _ = policy.act(obs, generator)
+        probabilities = policy.actor(obs[:1]).softmax(-1)[0]
+    frequencies = torch.bincount(actions, minlength=3).float() / len(actions)
+    torch.testing.assert_close(frequencies, probabilities, atol=0.01, rtol=0)
+    torch.testing.assert_close(log_probs, probabilities.log()[actions])
+    new_log_prob, entropy, _ = policy.evaluate(obs[:10], actions[:10])
+    torch.testing.assert_close(new_log_prob, log_probs[:10])
+    expected_entropy = torch.distributions.Categorical(probs=probabilities).entropy()
+    torch.testing.assert_close(entropy, expected_entropy.expand(10))
+
+
+def test_gaussian_head_log_prob_entropy_and_clipping():
+    spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (3,)),
+                            gymnasium.spaces.Box(low=np.array([-2.0, 0.0], dtype=np.float32), high=np.array([2.0, 1.0], dtype=np.float32)))
+    policy = build_policy(spec)
+    with torch.no_grad():
+        policy.log_std.copy_(torch.tensor([0.3, -0.5]))
+        obs = torch.randn(64, 3)
+        actions, log_probs, _ = policy.act(obs, torch.Generator().manual_seed(0))
+        mean = policy.actor(obs)
+    normal = torch.distributions.Normal(mean, policy.log_std.exp())
+    torch.testing.assert_close(log_probs, normal.log_prob(actions).sum(-1))
+    _, entropy, _ = policy.evaluate(obs, actions)
+    torch.testing.assert_close(entropy, normal.entropy().sum(-1))
+    clipped = policy.env_action(torch.tensor([[5.0, -5.0]]))
+    assert clipped.tolist() == [[2.0, 0.0]]
+
+
+def test_cnn_policy_for_grid_and_image_observations():
+    for shape in [(3, 12, 12), (84, 84, 3), (12, 12), (2, 84, 84)]:
+        space = gymnasium.spaces.Box(0, 1, shape)
+        policy = build_policy(make_policy_spec("ppo-cnn", space, gymnasium.spaces.Discrete(4)))
+        actions, log_probs, values = policy.act(torch.rand(5, *shape))
+        assert actions.shape == (5,) and values.shape == (5,)
+    from trainer.models import ModelError
+
+    with pytest.raises(ModelError, match="ppo-small"):
+        make_policy_spec("ppo-cnn", gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
+
+
+def test_orthogonal_init_gives_a_near_uniform_first_policy():
+    policy = discrete_policy(4)
+    with torch.no_grad():
+        _, log_probs, _ = policy.act(torch.randn(256, 5))
+    assert torch.allclose(log_probs, torch.full_like(log_probs, math.log(1 / 4)), atol=0.05)
+
+
+def test_running_mean_std_merges_batches_exactly():
+    data = torch.randn(1000, 3, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1], dtype=torch.float64) + 3
+    stats = RunningMeanStd((3,))
+    for chunk in data.split(128):
+        stats.accumulate(chunk)
+        stats.commit()
+    torch.testing.assert_close(stats.mean, data.mean(0), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(stats.var, data.var(0, unbiased=False), rtol=1e-4, atol=1e-6)
+    normalized = stats.normalize(data.float())
+    assert normalized.mean(0).abs().max() < 1e-3 and (normalized.std(0) - 1).abs().max() < 1e-2
