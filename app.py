@@ -36,6 +36,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
+    """The warning printed when the studio listens beyond this machine without a login."""
+    if host in LOCAL_HOSTS or auth is not None:
+        return None
+    return (
+        f"WARNING: listening on {host} without --auth: anyone who can reach this machine can "
+        "start runs on it (using its CPU/GPU) and download its models. Add --auth user:password "
+        "(or set RL_STUDIO_AUTH=user:password)."
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python app.py",
@@ -64,13 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0.2 <= args.poll_seconds <= 2.0:
         parser.error(f"--poll-seconds must be between 0.2 and 2, got {args.poll_seconds}")
-    if args.host not in LOCAL_HOSTS and args.auth is None:
-        print(
-            f"WARNING: listening on {args.host} without --auth: anyone who can reach this machine "
-            "can start runs on it and download its models. Add --auth user:password "
-            "(or set RL_STUDIO_AUTH).",
-            file=sys.stderr,
-        )
+    warning = exposure_warning(args.host, args.auth)
+    if warning:
+        print(warning, file=sys.stderr)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")

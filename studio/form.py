@@ -48,10 +48,13 @@ class FormField:
         """The trainer's own description of the key (the config reference)."""
         section, _, name = self.key.rpartition(".")
         owner = CheckpointConfig if section == "checkpoint" else TrainConfig
+        text = ""
         for item in dataclasses.fields(owner):
             if item.name == name:
-                return str(item.metadata.get("help", "")).replace("`", "")
-        return ""
+                text = str(item.metadata.get("help", "")).replace("`", "")
+        if self.optional and self.kind in ("int", "float"):
+            text += " (0: not set)"
+        return text
 
 
 BASIC_FIELDS = (
@@ -126,7 +129,9 @@ def form_values(config: dict) -> list[Any]:
     values = []
     for form_field in FORM_FIELDS:
         value = _get(config, form_field.key)
-        if form_field.key == "vector_env":
+        if form_field.optional and form_field.kind in ("int", "float") and value is None:
+            value = 0
+        elif form_field.key == "vector_env":
             value = VECTOR_ENV_DEFAULT if value is None else ("async" if value is True else "sync" if value is False else value)
         elif form_field.kind == "yaml":
             value = "" if not value else yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
@@ -180,6 +185,8 @@ def raw_config_from_form(values: Sequence[Any]) -> dict:
             value = value.strip()
             if form_field.kind in ("int", "float") and value == "":
                 value = None
+        if form_field.optional and form_field.kind in ("int", "float") and value == 0:
+            value = None  # a number box cannot be empty in the browser: 0 means "not set"
         empty = value is None or value == ""
         if empty and not form_field.optional and (form_field.basic or form_field.kind in ("int", "float")):
             raise FormError(f"{form_field.key} is empty: give it a value.")

@@ -70,6 +70,7 @@ CSS = """
 #train-message p, #runs-message p, #eval-message p {margin: 4px 0}
 #rollout-gif img {image-rendering: pixelated; object-fit: contain}
 #train-log textarea {font-family: var(--font-mono); font-size: 0.8em}
+.field-group-title p {margin: 10px 0 0 0; font-size: 0.95em}
 """
 
 
@@ -96,7 +97,7 @@ class RunView:
 
 def _build_run_view(prefix: str, with_log: bool) -> RunView:
     status = gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
-    reward_plot = gr.Plot(show_label=False, elem_id=f"{prefix}reward-plot")
+    reward_plot = gr.Plot(reward_figure([]), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
         gif = gr.Image(
             label=views.gif_caption(None), type="filepath", interactive=False, height=330,
@@ -108,7 +109,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
                 label="Training log", lines=14, max_lines=14, interactive=False, autoscroll=True,
                 elem_id=f"{prefix}train-log",
             )
-    diagnostics_plot = gr.Plot(show_label=False, elem_id=f"{prefix}diagnostics-plot")
+    diagnostics_plot = gr.Plot(diagnostics_figure([]), show_label=False, elem_id=f"{prefix}diagnostics-plot")
     with gr.Row():
         downloads = [
             gr.DownloadButton("Final model (.pth)", interactive=False, variant="primary", elem_id=f"{prefix}download-model"),
@@ -122,6 +123,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
 def _form_component(form_field: FormField, value: Any, devices: Sequence[str], env_choices: Sequence[str]):
     label, info = form_field.key, form_field.help
     elem_id = "field-" + form_field.key.replace(".", "-").replace("_", "-")
+    small = {} if form_field.basic else {"min_width": 100}
     if form_field.key == "env_name":
         return gr.Dropdown(
             env_choices, value=value, label="environment (env_name)", allow_custom_value=True,
@@ -134,14 +136,38 @@ def _form_component(form_field: FormField, value: Any, devices: Sequence[str], e
         return gr.Dropdown(list(form_field.choices), value=value, label="model (model_type)",
                            info="Policy network size; ppo-cnn for image observations", elem_id=elem_id)
     if form_field.kind == "bool":
-        return gr.Checkbox(value=bool(value), label=label, info=info, elem_id=elem_id)
+        return gr.Checkbox(value=bool(value), label=label, info=info, elem_id=elem_id, **small)
     if form_field.kind == "choice":
-        return gr.Dropdown(list(form_field.choices), value=value, label=label, info=info, elem_id=elem_id)
+        return gr.Dropdown(list(form_field.choices), value=value, label=label, info=info, elem_id=elem_id, **small)
     if form_field.kind == "int":
-        return gr.Number(value=value, label=label, info=info, precision=0, elem_id=elem_id)
+        return gr.Number(value=value, label=label, info=info, precision=0, elem_id=elem_id, **small)
     if form_field.kind == "float":
-        return gr.Number(value=value, label=label, info=info, elem_id=elem_id)
-    return gr.Textbox(value=value, label=label, info=info, elem_id=elem_id, placeholder="YAML, e.g. {key: value}")
+        return gr.Number(value=value, label=label, info=info, elem_id=elem_id, **small)
+    return gr.Textbox(value=value, label=label, info=info, elem_id=elem_id, placeholder="YAML, e.g. {key: value}",
+                      **small)
+
+
+ADVANCED_GROUPS = (
+    ("Rollout and optimiser", ("algo", "num_steps", "mini_batch_size", "update_epochs", "learning_rate",
+                               "anneal_lr", "lr_scaling", "lr_reference_batch")),
+    ("PPO", ("gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "target_kl",
+             "clip_vloss", "norm_adv")),
+    ("Normalisation and prioritised minibatches", ("norm_obs", "norm_reward", "use_per", "per_alpha",
+                                                   "per_beta")),
+    ("Environment options", ("env_kwargs", "wrappers", "vector_env", "num_workers")),
+    ("Checkpoints, GIFs and logs", ("checkpoint.interval", "checkpoint.keep", "gif_interval",
+                                    "gif_max_frames", "gif_time_fraction", "log_interval", "torch_threads",
+                                    "tensorboard")),
+)
+
+
+def _advanced_groups() -> list[tuple[str, list[FormField]]]:
+    """ADVANCED_FIELDS in titled groups; a field no group names lands in "Other"."""
+    by_key = {form_field.key: form_field for form_field in ADVANCED_FIELDS}
+    groups = [(title, [by_key.pop(key) for key in keys if key in by_key]) for title, keys in ADVANCED_GROUPS]
+    if by_key:
+        groups.append(("Other", list(by_key.values())))
+    return [(title, fields) for title, fields in groups if fields]
 
 
 # ----------------------------------------------------------------------------- the studio
@@ -237,7 +263,7 @@ class Studio:
                 updates.append(gr.skip())
         return updates, viewed
 
-    def poll(self, run_id: str, viewed: dict):
+    def on_tick(self, run_id: str, viewed: dict):
         """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load."""
         run = self._snapshot(run_id)
         updates, viewed = self.render_run(run, [], viewed, with_log=True)
@@ -531,7 +557,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
             # ------------------------------------------------------------------ Train
             with gr.Tab("Train", id="train"):
                 with gr.Row(equal_height=False):
-                    with gr.Column(scale=1, min_width=330):
+                    with gr.Column(scale=2, min_width=340):
                         controls: dict[str, Any] = {}
                         for form_field in BASIC_FIELDS:
                             controls[form_field.key] = _form_component(
@@ -544,9 +570,14 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                             batch_info = gr.Markdown(views.batch_note(
                                 default_values["num_envs"], default_values["num_steps"],
                                 default_values["mini_batch_size"]))
-                            for form_field in ADVANCED_FIELDS:
-                                controls[form_field.key] = _form_component(
-                                    form_field, default_values[form_field.key], devices, env_choices)
+                            for title, group in _advanced_groups():
+                                gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
+                                for pair in (group[i:i + 2] for i in range(0, len(group), 2)):
+                                    with gr.Row():
+                                        for form_field in pair:
+                                            controls[form_field.key] = _form_component(
+                                                form_field, default_values[form_field.key], devices,
+                                                env_choices)
                         with gr.Accordion("YAML config", open=False, elem_id="yaml-section"):
                             yaml_box = gr.Code(language="yaml", lines=12, label="Paste a config, or export the form",
                                                elem_id="yaml-box")
@@ -556,11 +587,11 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                                     "Upload .yaml", file_types=[".yaml", ".yml"], size="sm", elem_id="upload-yaml")
                                 export_yaml_button = gr.Button("Export form", size="sm", elem_id="export-yaml")
                             export_file = gr.File(label="Exported config", visible=False, interactive=False)
-                    with gr.Column(scale=3):
+                    with gr.Column(scale=5):
                         run_box = gr.Textbox(label="Run shown", interactive=False, elem_id="run-id",
                                              placeholder="no run yet", max_lines=1)
                         live = _build_run_view("", with_log=True)
-                        system_plot = gr.Plot(show_label=False, elem_id="system-plot")
+                        system_plot = gr.Plot(system_figure([]), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
             with gr.Tab("Runs", id="runs") as runs_tab:
                 with gr.Row():
@@ -603,7 +634,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
 
         # ---- live view
         live_outputs = [*live.outputs, system_plot, stop_button, timer, live_viewed]
-        timer.tick(studio.poll, [run_box, live_viewed], live_outputs, show_progress="hidden",
+        timer.tick(studio.on_tick, [run_box, live_viewed], live_outputs, show_progress="hidden",
                    **private)
         start_button.click(studio.on_start, form_inputs, [train_message, run_box, timer, live_viewed],
                            **private)

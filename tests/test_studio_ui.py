@@ -91,7 +91,7 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     studio = make_studio(tmp_path)
     _, run_id, _, viewed = studio.on_start(*form())
     wait_for(lambda: not studio.manager.get(run_id).is_active)
-    first = studio.poll(run_id, viewed)
+    first = studio.on_tick(run_id, viewed)
     status, reward, gif, log, diagnostics, *downloads = first[:5 + len(DOWNLOAD_KINDS)]
     viewed = first[-1]
     assert "finished" in status
@@ -100,7 +100,7 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     assert Path(file_of(model_button)).name == "cartpole_ppo_final.pth"
     assert first[-2] != SKIP  # the timer is switched off: the run is over
 
-    second = studio.poll(run_id, viewed)
+    second = studio.on_tick(run_id, viewed)
     reward, gif, log, diagnostics, *downloads = second[1:5 + len(DOWNLOAD_KINDS)]
     assert [reward, gif, log, diagnostics, *downloads] == [SKIP] * (4 + len(DOWNLOAD_KINDS))
 
@@ -117,7 +117,7 @@ def test_files_outside_the_runs_folder_are_never_shown(tmp_path):
         {"type": "end", "time": time.time(), "status": "finished", "step": 1, "final_model": "/etc/passwd"},
     ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    outputs = studio.poll("crafted-run", {})
+    outputs = studio.on_tick("crafted-run", {})
     gif, downloads = outputs[2], outputs[5:5 + len(DOWNLOAD_KINDS)]
     assert file_of(gif) is None
     assert file_of(downloads[0]) is None and downloads[0].interactive is False

@@ -1,0 +1,70 @@
+"""The studio in headless Chromium: pick CartPole, Start, watch, download the model, play it.
+
+One end-to-end test, as a user would do it: the reward chart fills with points, a rollout GIF
+appears, the run finishes, the downloaded .pth loads with `load_model` and plays CartPole far
+better than random (a random policy averages about 22).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_studio_helpers import CHROMIUM, CHROMIUM_ARGS, start_studio
+
+pytestmark = pytest.mark.browser
+
+REWARD_POINTS = """() => {
+  const plot = document.querySelector('#reward-plot .js-plotly-plot');
+  return plot && plot._fullData && plot._fullData.length > 0 && plot._fullData[0]._length >= %d;
+}"""
+GIF_SHOWN = """() => {
+  const image = document.querySelector('#rollout-gif img');
+  return image && image.src.includes('.gif') && image.complete && image.naturalWidth > 0;
+}"""
+
+
+def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from trainer.evaluate import evaluate
+
+    server = start_studio(tmp_path / "runs", tmp_path / "studio.log")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
+                page.goto(server.url)
+                page.locator("#start").wait_for()
+                # CartPole is the default game; the form holds its tuned config. A small budget,
+                # and a GIF every few updates so one shows while it trains.
+                page.locator("#field-total-timesteps input").fill("60000")
+                page.get_by_text("Advanced", exact=True).click()
+                page.locator("#field-gif-interval input").fill("3")
+                page.locator("#start").click()
+
+                page.wait_for_function(REWARD_POINTS % 3, timeout=120_000)
+                page.wait_for_function(GIF_SHOWN, timeout=120_000)
+                assert "Rollout at step" in page.locator("#rollout-gif").inner_text()
+                page.locator("#status .badge.finished").wait_for(timeout=180_000)
+                page.wait_for_function(REWARD_POINTS % 5, timeout=10_000)
+                page.screenshot(path=str(tmp_path / "studio-cartpole.png"), full_page=True)
+                assert "step" in page.locator("#status").inner_text()
+
+                download_button = page.locator("#download-model")
+                page.wait_for_function(
+                    "() => !document.querySelector('#download-model').disabled", timeout=30_000)
+                with page.expect_download() as download_info:
+                    download_button.click()
+                download = download_info.value
+                assert download.suggested_filename == "cartpole_ppo_final.pth"
+                model_path = tmp_path / download.suggested_filename
+                download.save_as(model_path)
+            finally:
+                browser.close()
+    finally:
+        server.stop()
+
+    result = evaluate(model_path, episodes=8)
+    print(result.summary())
+    assert result.return_mean > 150, f"the downloaded model plays poorly: {result.summary()}"

@@ -1,0 +1,93 @@
+"""Helpers (no tests here): start `python app.py` as a subprocess for the server and browser tests.
+
+The studio runs in its own session (process group) so that ending it also ends any trainer
+process it spawned: `os.killpg` on the group, never a name-based kill.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class StudioServer:
+    process: subprocess.Popen
+    url: str
+    runs_dir: Path
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+        # Trainers in the same group may outlive the app by a moment.
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def start_studio(runs_dir: Path, log_path: Path, *extra_args: str, timeout: float = 90.0) -> StudioServer:
+    port = free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", SDL_VIDEODRIVER="dummy",
+               PYTHONUNBUFFERED="1")
+    env.pop("RL_STUDIO_AUTH", None)
+    log_file = open(log_path, "ab")
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "app.py"), "--port", str(port), "--runs-dir", str(runs_dir), *extra_args],
+        cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    server = StudioServer(process, f"http://127.0.0.1:{port}", Path(runs_dir), Path(log_path))
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the studio exited with code {process.returncode}:\n{server.log()}")
+        try:
+            with urllib.request.urlopen(server.url + "/", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.3)
+    server.stop()
+    raise RuntimeError(f"the studio did not answer within {timeout} s:\n{server.log()}")
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
