@@ -71,7 +71,6 @@ def play(
         game_kwargs.setdefault("action_mode", "absolute")
     env = make_vec_env(game, num_envs=1, seed=seed, **game_kwargs)
     env.auto_reset = False  # keep the crash on screen until the player restarts
-    env.reset()
     pygame = import_pygame()
     pygame.display.init()
     pygame.display.set_caption({"flappy_bird": "Flappy Bird", "snake": "Snake"}[game])
