@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # `python benchmarks/run.py` puts benchmarks/ first, not the repo
+# `python benchmarks/run.py` puts benchmarks/ first on the path, where benchmarks/envs.py would
+# shadow the `envs` package: put the repository root there instead.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != REPO_ROOT / "benchmarks"]
+if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import report  # noqa: E402
