@@ -124,7 +124,7 @@ class TrainConfig:
     norm_reward: bool = field(default=False, metadata=_help(
         "Scale rewards by the running std of the discounted return."))
     use_per: bool = field(default=False, metadata=_help(
-        "Prioritised minibatches: sample in proportion to |advantage|^`per_alpha`, importance weights "
+        "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, importance weights "
         "(`per_beta`) on the value loss."))
     per_alpha: float = field(default=0.6, metadata=_help("How strongly `use_per` prefers large errors (0: uniform)."))
     per_beta: float = field(default=0.4, metadata=_help("Importance-sampling correction of `use_per` (1: full)."))
@@ -624,3 +624,22 @@ def to_yaml(config: TrainConfig) -> str:
     import yaml
 
     return yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False)
+
+
+def reference_markdown() -> str:
+    """The config reference as a Markdown table (key, default, meaning), for the README.
+
+    `python -c "from trainer.config import reference_markdown; print(reference_markdown())"`"""
+    def show(value: Any) -> str:
+        if value is None:
+            return "`null`"
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        if isinstance(value, int) and value >= 10_000:
+            return f"`{value:_}`"
+        return f"`{value}`"
+
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    for key, default, meaning in config_reference():
+        lines.append(f"| `{key}` | {show(default)} | {meaning.replace('|', '/')} |")
+    return "\n".join(lines)
