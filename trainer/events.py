@@ -283,13 +283,18 @@ class ProgressBarSink:
         self.lines = LogSink(log_interval=log_interval, write=lambda line: tqdm.write(line, file=stream or sys.stdout))
 
     def __call__(self, event: dict) -> None:
-        if event["type"] == "start" and event["resumed_from_step"]:
-            self.bar.update(event["resumed_from_step"] - self.bar.n)
+        if event["type"] == "start":
+            self.bar.total = event["total_timesteps"]  # rounded up to whole updates
+            if event["resumed_from_step"]:
+                self.bar.update(event["resumed_from_step"] - self.bar.n)
+            self.bar.refresh()
         if event["type"] == "metrics":
             self.bar.update(max(0, event["step"] - self.bar.n))
-            postfix = {"fps": f"{event['fps']:.0f}"}
+            postfix = {}
             if event["recent_return_mean"] is not None:
                 postfix["return"] = f"{event['recent_return_mean']:.1f}"
+            if event.get("recent_score_mean") is not None and event["recent_score_mean"] != event["recent_return_mean"]:
+                postfix["score"] = f"{event['recent_score_mean']:.1f}"
             self.bar.set_postfix(postfix, refresh=False)
         self.lines(event)
 

@@ -1,0 +1,102 @@
+"""Features around the loop: continuous actions through the Gymnasium adapter, the progress
+bar on a terminal, optional TensorBoard, lr_scaling, evaluate() from Python."""
+import os
+import pty
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.checkpoint import load_model
+from trainer.config import load_config
+from trainer.events import read_events
+from trainer.loop import train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["num_envs=4", "num_steps=16", "mini_batch_size=32", "update_epochs=1", "gif_interval=0",
+        "torch_threads=1"]
+
+
+def test_continuous_actions_through_the_gymnasium_adapter(tmp_path):
+    config = load_config(None, TINY + ["env_name=Pendulum-v1", "total_timesteps=128", "norm_obs=true",
+                                       "norm_reward=true", "model_type=ppo-medium"])
+    result = train(config, tmp_path / "run")
+    model = load_model(result.final_model)
+    action, _ = model.predict(np.zeros(3, dtype=np.float32))
+    assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
+    batch, _ = model.predict(np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32), deterministic=False)
+    assert batch.shape == (6, 1) and np.all(np.abs(batch) <= 2.0)
+    # Observation statistics travel with the model.
+    assert model.policy.obs_normalizer is not None and float(model.policy.obs_normalizer.count) > 100
+
+
+def test_lr_scaling_sqrt_scales_from_the_reference_batch(tmp_path):
+    config = load_config(None, TINY + ["total_timesteps=64", "lr_scaling=sqrt", "lr_reference_batch=8",
+                                       "learning_rate=1e-3", "anneal_lr=false"])
+    result = train(config, tmp_path / "run")
+    assert result.last_metrics["learning_rate"] == pytest.approx(1e-3 * 2.0)   # sqrt(32 / 8)
+    logs = [event["message"] for event in read_events(tmp_path / "run" / "metrics.jsonl") if event["type"] == "log"]
+    assert any("lr_scaling sqrt" in message for message in logs)
+
+
+def test_tensorboard_without_the_package_is_a_warning_not_a_failure(tmp_path):
+    config = load_config(None, TINY + ["total_timesteps=64", "tensorboard=true"])
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        result = train(config, tmp_path / "run")
+        assert result.status == "finished"
+        warnings = [event for event in read_events(tmp_path / "run" / "metrics.jsonl")
+                    if event["type"] == "log" and event["level"] == "warning"]
+        assert any("pip install tensorboard" in event["message"] for event in warnings)
+    else:
+        train(config, tmp_path / "run")
+        assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_evaluate_from_python(tmp_path):
+    from trainer.evaluate import evaluate
+
+    result = train(load_config(None, TINY + ["total_timesteps=64"]), tmp_path / "run")
+    evaluation = evaluate(result.final_model, episodes=7, num_envs=3)
+    assert evaluation.episodes == 7 and len(evaluation.scores) == 7
+    # CartPole's score is the episode length, and its return is one per step.
+    assert evaluation.scores == [float(length) for length in evaluation.lengths] == evaluation.returns
+    assert evaluation.return_std >= 0
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    args = [sys.executable, "-m", "trainer", "--set", "total_timesteps=2048", "--runs-dir", str(tmp_path)]
+    args += [item for pair in zip(["--set"] * len(TINY), TINY) for item in pair]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    main, child = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120-column terminal
+    process = subprocess.Popen(args, cwd=ROOT, stdout=child, stderr=child, env=env)
+    os.close(child)
+    output = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    process.wait(timeout=60)
+    os.close(main)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "\r" in text and "step" in text and "%" in text     # tqdm's bar
+    assert "[STEP 2048]" in text                              # log lines still print
