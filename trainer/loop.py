@@ -13,6 +13,7 @@ again; a stop signal ends the run cleanly with a checkpoint and the final model.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import traceback
@@ -217,7 +218,9 @@ class TrainingSession:
         return factor
 
     def _make_gif_env(self):
-        return make_training_env(self.config, 1, "cpu", self.config.seed + 1_000_003)
+        # One env in this process, whatever the training env's vectorisation.
+        single = dataclasses.replace(self.config, vector_env=None, num_workers=None)
+        return make_training_env(single, 1, "cpu", self.config.seed + 1_000_003)
 
     def _reduce_sum(self, tensor: torch.Tensor) -> None:
         if self.context is not None:
