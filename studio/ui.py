@@ -69,7 +69,11 @@ CSS = """
   background: #fef2f2; padding: 8px; border-radius: 6px}
 #train-message p, #runs-message p, #eval-message p {margin: 4px 0}
 #rollout-gif img {image-rendering: pixelated; object-fit: contain}
-#train-log textarea {font-family: var(--font-mono); font-size: 0.8em}
+.log-box {height: 340px; overflow-y: auto; display: flex; flex-direction: column-reverse;
+  border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--block-background-fill)}
+.log-box pre {margin: 0; padding: 8px 10px; font-family: var(--font-mono); font-size: 0.78em;
+  white-space: pre-wrap; word-break: break-word}
+.log-title {font-weight: 600; font-size: 0.9em; margin-bottom: 4px}
 .field-group-title p {margin: 10px 0 0 0; font-size: 0.95em}
 """
 
@@ -85,7 +89,7 @@ class RunView:
     reward_plot: gr.Plot
     diagnostics_plot: gr.Plot
     gif: gr.Image
-    log: gr.Textbox | None
+    log: gr.HTML | None
     downloads: list[gr.DownloadButton]
 
     @property
@@ -105,10 +109,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
         )
         log = None
         if with_log:
-            log = gr.Textbox(
-                label="Training log", lines=14, max_lines=14, interactive=False, autoscroll=True,
-                elem_id=f"{prefix}train-log",
-            )
+            log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
     diagnostics_plot = gr.Plot(diagnostics_figure([]), show_label=False, elem_id=f"{prefix}diagnostics-plot")
     with gr.Row():
         downloads = [
@@ -229,7 +230,7 @@ class Studio:
             empty = changed("charts", None)
             updates += [reward_figure([]) if empty else gr.skip()]
             updates += [gr.Image(value=None, label=views.gif_caption(None)) if changed("gif", None) else gr.skip()]
-            updates += [("" if changed("log", None) else gr.skip())] if with_log else []
+            updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
             updates += [diagnostics_figure([]) if empty else gr.skip()]
             updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
                         for kind in DOWNLOAD_KINDS]
@@ -249,7 +250,8 @@ class Studio:
         else:
             updates.append(gr.skip())
         if with_log:
-            updates.append(views.log_text(run) if changed("log", views.log_identity(run)) else gr.skip())
+            updates.append(views.log_html(views.log_text(run)) if changed("log", views.log_identity(run))
+                           else gr.skip())
         updates.append(diagnostics_figure(curves) if charts_changed else gr.skip())
 
         csv_key = (run.run_id, len(run.metrics) // CSV_EVERY_UPDATES, run.is_active)
@@ -588,8 +590,9 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                                 export_yaml_button = gr.Button("Export form", size="sm", elem_id="export-yaml")
                             export_file = gr.File(label="Exported config", visible=False, interactive=False)
                     with gr.Column(scale=5):
-                        run_box = gr.Textbox(label="Run shown", interactive=False, elem_id="run-id",
-                                             placeholder="no run yet", max_lines=1)
+                        # Which run this tab shows (the status line names it); hidden, but an
+                        # input of every tick, so each tab can follow a different run.
+                        run_box = gr.Textbox(visible=False, elem_id="run-id")
                         live = _build_run_view("", with_log=True)
                         system_plot = gr.Plot(system_figure([]), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs

@@ -119,7 +119,16 @@ def log_text(run: RunSnapshot, lines: int = 200, max_bytes: int = 64_000) -> str
             text = log_file.read().decode("utf-8", errors="replace")
     except OSError:
         return "\n".join(run.log_tail[-lines:])
+    # Paths inside the run folder are shown relative to it: shorter lines, same information.
+    text = text.replace(str(Path(run.run_dir).resolve()) + os.sep, "").replace(str(run.run_dir) + os.sep, "")
     return "\n".join(text.splitlines()[-lines:])
+
+
+def log_html(text: str) -> str:
+    """The log in a box that stays scrolled to its newest line (column-reverse keeps the bottom)."""
+    body = html.escape(text) if text else "The trainer's log appears here."
+    return (f'<div class="log-title">Training log</div>'
+            f'<div class="log-box"><pre>{body}</pre></div>')
 
 
 def log_identity(run: RunSnapshot) -> tuple:

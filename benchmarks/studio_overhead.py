@@ -1,0 +1,178 @@
+"""Does watching a run in the studio slow the training down?
+
+Trains the same config twice per round: headless (`python -m trainer`) and from the studio
+(`python app.py`, run started through the API) while a headless Chromium tab shows the live view
+(polling every second: status, charts, GIF, log, machine load). Prints the training speed of
+each, as the trainer measures it (steps / training seconds, from metrics.jsonl), and the ratio.
+
+    python benchmarks/studio_overhead.py                      # CartPole's tuned config, 2 rounds
+    python benchmarks/studio_overhead.py --config configs/flappy_bird.yaml --total-timesteps 1000000
+    python benchmarks/studio_overhead.py --no-browser --clients 3   # API pollers instead of a browser
+
+Goal: the studio run keeps at least 90% of the headless speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]
+ENV = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", SDL_VIDEODRIVER="dummy")
+
+
+def training_speed(run_dir: Path) -> tuple[float, int, float]:
+    """(steps per second of training, steps, training seconds) from the run's last metrics event."""
+    last = None
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("type") == "metrics":
+            last = event
+    if last is None:
+        raise RuntimeError(f"{run_dir} has no metrics: the run failed? See {run_dir / 'train.log'}")
+    return last["step"] / last["elapsed"], last["step"], last["elapsed"]
+
+
+def run_headless(config_path: Path, settings: dict, run_dir: Path) -> tuple[float, int, float]:
+    command = [sys.executable, "-m", "trainer", "--config", str(config_path), "--run-dir", str(run_dir), "--quiet"]
+    for key, value in settings.items():
+        command += ["--set", f"{key}={value}"]
+    subprocess.run(command, cwd=REPO, env=ENV, check=True)
+    return training_speed(run_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_studio(runs_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port), "--runs-dir", str(runs_dir)], cwd=REPO, env=ENV,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return process, url
+        except OSError:
+            time.sleep(0.3)
+    os.killpg(process.pid, signal.SIGKILL)
+    raise RuntimeError("the studio did not start")
+
+
+def watch_in_browser(url: str, finished: threading.Event, polls: list) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.goto(url)  # a new tab shows the newest running run and polls it every second
+        while not finished.is_set():
+            points = page.evaluate("""() => { const gd = document.querySelector('#reward-plot .js-plotly-plot');
+                                             return gd && gd._fullData && gd._fullData.length ? gd._fullData[0]._length : 0; }""")
+            polls.append(points)
+            time.sleep(1.0)
+        browser.close()
+
+
+def watch_with_client(url: str, run_id: str, finished: threading.Event, polls: list) -> None:
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    while not finished.is_set():
+        polls.append(client.predict(run_id, api_name="/poll")["updates"])
+        time.sleep(1.0)
+
+
+def run_in_studio(config: dict, settings: dict, runs_dir: Path, browser: bool, clients: int) -> dict:
+    from gradio_client import Client
+
+    process, url = start_studio(runs_dir)
+    try:
+        studio_process = psutil.Process(process.pid)
+        client = Client(url, verbose=False)
+        run_id = client.predict(config["env_name"], {**config, **settings}, api_name="/start")["run_id"]
+        finished, polls, watchers = threading.Event(), [], []
+        if browser:
+            watchers.append(threading.Thread(target=watch_in_browser, args=(url, finished, polls)))
+        for _ in range(clients):
+            watchers.append(threading.Thread(target=watch_with_client, args=(url, run_id, finished, polls)))
+        for watcher in watchers:
+            watcher.start()
+        cpu_before = studio_process.cpu_times()
+        started = time.time()
+        while client.predict(run_id, api_name="/poll")["status"] in ("starting", "running", "stopping"):
+            time.sleep(1.0)
+        seconds = time.time() - started
+        cpu_after = studio_process.cpu_times()
+        finished.set()
+        for watcher in watchers:
+            watcher.join(60)
+        studio_cpu = (cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system) / seconds
+        speed, steps, elapsed = training_speed(runs_dir / run_id)
+        return {"speed": speed, "steps": steps, "elapsed": elapsed, "studio_cpu": studio_cpu,
+                "polls": len(polls), "last_points": polls[-1] if polls else 0}
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(20)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/cartpole.yaml")
+    parser.add_argument("--total-timesteps", type=int, default=600_000)
+    parser.add_argument("--repeats", type=int, default=2, help="rounds (each: headless, then studio)")
+    parser.add_argument("--no-browser", action="store_true", help="no Chromium tab watching the run")
+    parser.add_argument("--clients", type=int, default=0, help="gradio_client pollers (1 poll/s each)")
+    args = parser.parse_args()
+
+    config_path = (REPO / args.config).resolve()
+    config = yaml.safe_load(config_path.read_text())
+    settings = {"total_timesteps": args.total_timesteps}
+    headless, studio = [], []
+    with tempfile.TemporaryDirectory(prefix="studio-overhead-") as folder:
+        for round_number in range(1, args.repeats + 1):
+            speed, steps, elapsed = run_headless(config_path, settings, Path(folder) / f"headless-{round_number}")
+            headless.append(speed)
+            print(f"round {round_number} headless: {speed:,.0f} steps/s ({steps:,} steps in {elapsed:.1f} s)",
+                  flush=True)
+            result = run_in_studio(config, settings, Path(folder) / f"studio-{round_number}",
+                                   browser=not args.no_browser, clients=args.clients)
+            studio.append(result["speed"])
+            print(f"round {round_number} studio:   {result['speed']:,.0f} steps/s ({result['steps']:,} steps in "
+                  f"{result['elapsed']:.1f} s); studio process used {result['studio_cpu'] * 100:.0f}% of a core; "
+                  f"{result['polls']} watcher polls, reward chart had {result['last_points']} points", flush=True)
+    watchers = ("a Chromium tab" if not args.no_browser else "no browser") + (
+        f" + {args.clients} API pollers" if args.clients else "")
+    headless_speed, studio_speed = statistics.median(headless), statistics.median(studio)
+    print()
+    print(f"config {args.config}, {args.total_timesteps:,} steps, {args.repeats} rounds, watched by {watchers}; "
+          f"{psutil.cpu_count()} CPU cores")
+    print(f"headless : {headless_speed:>10,.0f} steps/s (median)")
+    print(f"studio   : {studio_speed:>10,.0f} steps/s (median)")
+    print(f"ratio    : {studio_speed / headless_speed:>10.1%}  (goal >= 90%)")
+
+
+if __name__ == "__main__":
+    main()
