@@ -30,7 +30,7 @@ def one_thread():
 
 def tiny_config(**overrides):
     raw = {"env_name": "cartpole", "num_envs": 16, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 2,
-           "learning_rate": 1e-3, "total_timesteps": 16 * 16 * 6, "gif_interval": 0, "seed": 3,
+           "learning_rate": 1e-3, "total_timesteps": 16 * 16 * 6, "gif_interval": 0, "seed": 3, "device": "cpu",
            "checkpoint": {"interval": 2, "keep": 2}}
     raw.update(overrides)
     return config_from_dict(raw)
@@ -47,8 +47,8 @@ class UpdateCounter:
             self.updates += 1
 
 
-def test_final_model_round_trip(tmp_path):
-    result = train(tiny_config(), tmp_path / "run")
+def test_final_model_round_trip(tmp_path, test_device):
+    result = train(tiny_config(device=test_device), tmp_path / "run")
     assert result.status == "finished"
     assert result.final_model == tmp_path / "run" / "cartpole_ppo_final.pth"
     # A plain dict that torch opens with weights_only=True.
@@ -58,15 +58,15 @@ def test_final_model_round_trip(tmp_path):
     model = load_model(result.final_model)
     obs = torch.randn(32, 4)
     with torch.no_grad():
-        expected = result.policy.act(obs, deterministic=True)[0].numpy()
+        expected = result.policy.act(obs.to(result.policy.actor[0].weight.device), deterministic=True)[0].cpu().numpy()
     actions, state = model.predict(obs.numpy(), deterministic=True)
     assert state is None
     np.testing.assert_array_equal(actions, expected)
 
 
-def test_predict_accepts_one_observation_or_a_batch(tmp_path):
+def test_predict_accepts_one_observation_or_a_batch(tmp_path, test_device):
     result = train(tiny_config(total_timesteps=256, checkpoint={"interval": 0}), tmp_path / "run")
-    model = load_model(result.final_model)
+    model = load_model(result.final_model, device=test_device)
     single, _ = model.predict(np.zeros(4, dtype=np.float32))
     assert np.ndim(single) == 0 and int(single) in (0, 1)
     batch, _ = model.predict(np.zeros((5, 4)))

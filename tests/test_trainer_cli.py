@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "num_envs=8", "--set", "num_steps=16", "--set", "mini_batch_size=32", "--set", "gif_interval=0",
-        "--set", "update_epochs=1"]
+        "--set", "update_epochs=1", "--set", "device=cpu"]
 
 
 def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

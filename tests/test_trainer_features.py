@@ -18,7 +18,7 @@ from trainer.loop import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["num_envs=4", "num_steps=16", "mini_batch_size=32", "update_epochs=1", "gif_interval=0",
-        "torch_threads=1"]
+        "torch_threads=1", "device=cpu"]
 
 
 def test_continuous_actions_through_the_gymnasium_adapter(tmp_path):

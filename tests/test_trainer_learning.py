@@ -46,8 +46,9 @@ def random_policy_score(env_name: str, steps: int = 1000, num_envs: int = 64) ->
     return summary.score_mean
 
 
-def test_cartpole_shipped_config_reaches_475(tmp_path):
-    config = load_config(ROOT / "configs" / "cartpole.yaml", ["gif_interval=0", "checkpoint.interval=0"])
+def test_cartpole_shipped_config_reaches_475(tmp_path, test_device):
+    config = load_config(ROOT / "configs" / "cartpole.yaml",
+                         ["gif_interval=0", "checkpoint.interval=0", f"device={test_device}"])
     recorder = BestRecent("recent_return_mean", target=475)
     result = train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
     assert recorder.best >= 475, f"mean return of the last 100 episodes only reached {recorder.best:.1f}"
@@ -58,7 +59,7 @@ def test_cartpole_shipped_config_reaches_475(tmp_path):
 def test_game_beats_random_after_a_short_run(tmp_path, game, steps, margin):
     random_score = random_policy_score(game)
     config = load_config(ROOT / "configs" / f"{game}.yaml",
-                         [f"total_timesteps={steps}", "gif_interval=0", "checkpoint.interval=0"])
+                         [f"total_timesteps={steps}", "gif_interval=0", "checkpoint.interval=0", "device=cpu"])
     recorder = BestRecent("recent_score_mean")
     train(config, tmp_path / "run", sinks=[recorder])
     assert recorder.best >= random_score + margin, (
@@ -67,7 +68,7 @@ def test_game_beats_random_after_a_short_run(tmp_path, game, steps, margin):
 
 def test_a2c_learns_cartpole(tmp_path):
     config = load_config(None, ["algo=a2c", "num_envs=64", "num_steps=8", "learning_rate=3e-3", "gae_lambda=0.95",
-                                "total_timesteps=120_000", "gif_interval=0", "checkpoint.interval=0"])
+                                "total_timesteps=120_000", "gif_interval=0", "checkpoint.interval=0", "device=cpu"])
     recorder = BestRecent("recent_return_mean")
     train(config, tmp_path / "run", sinks=[recorder])
     assert recorder.best >= 150, f"a2c mean return only reached {recorder.best:.1f} (random: about 22)"

@@ -12,7 +12,7 @@ import torch
 from trainer.process import run_training
 
 TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
-        "total_timesteps": 8 * 16 * 3, "gif_interval": 0, "torch_threads": 1}
+        "total_timesteps": 8 * 16 * 3, "gif_interval": 0, "torch_threads": 1, "device": "cpu"}
 
 
 def drain(q) -> list[dict]:
@@ -24,9 +24,9 @@ def drain(q) -> list[dict]:
             return events
 
 
-def test_events_arrive_in_order_and_end_the_run(tmp_path):
+def test_events_arrive_in_order_and_end_the_run(tmp_path, test_device):
     q = queue_module.Queue()
-    run_training(dict(TINY), str(tmp_path / "run"), q, None, False)
+    run_training({**TINY, "device": test_device}, str(tmp_path / "run"), q, None, False)
     events = drain(q)
     kinds = [event["type"] for event in events]
     assert kinds[0] == "start" and kinds[-1] == "end"
