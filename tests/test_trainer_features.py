@@ -100,3 +100,22 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     assert process.returncode == 0, text
     assert "\r" in text and "step" in text and "%" in text     # tqdm's bar
     assert "[STEP 2048]" in text                              # log lines still print
+
+
+def test_wrappers_route_a_builtin_through_gymnasium(tmp_path):
+    config = load_config(None, TINY + ["total_timesteps=64", "wrappers=[gymnasium.wrappers:RecordEpisodeStatistics]"])
+    result = train(config, tmp_path / "run")
+    assert result.status == "finished"
+    # A Gymnasium-backed env cannot be snapshotted: its checkpoints carry no env state.
+    from trainer.checkpoint import latest_checkpoint
+
+    _, payload = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    assert payload["env_state"] is None
+
+
+def test_checkpoint_path_inside_the_run_directory_and_resume_finds_it(tmp_path):
+    config = load_config(None, TINY + ["total_timesteps=128", "checkpoint.path=saved", "checkpoint.interval=1"])
+    train(config, tmp_path / "run")
+    assert sorted(path.name for path in (tmp_path / "run" / "saved").iterdir()) == ["ckpt_128.pth", "ckpt_64.pth"]
+    longer = load_config(None, TINY + ["total_timesteps=192", "checkpoint.path=saved", "checkpoint.interval=1"])
+    assert train(longer, tmp_path / "run", resume=True).step == 192
