@@ -181,8 +181,10 @@ def test_rollout_gif_is_written_and_announced(tmp_path):
 
 def test_gifs_do_not_change_what_is_learned(tmp_path):
     plain = train(tiny_config(total_timesteps=1024), tmp_path / "plain")
+    counter = UpdateCounter()
     with_gifs = train(tiny_config(total_timesteps=1024, gif_interval=1, gif_time_fraction=1.0, gif_max_frames=20),
-                      tmp_path / "gifs")
+                      tmp_path / "gifs", sinks=[counter])
+    assert sum(event["type"] == "gif" for event in counter.events) == 5   # after each of 4 updates + the final one
     for name, tensor in plain.policy.state_dict().items():
         assert torch.equal(tensor, with_gifs.policy.state_dict()[name]), name
 
@@ -296,3 +298,11 @@ def test_metrics_jsonl_holds_the_event_schema(tmp_path):
     assert "total_timesteps: 1536" in config_text and "mini_batch_size: 64" in config_text
     log = (tmp_path / "run" / "train.log").read_text()
     assert "[STEP 1536] EpLenMean:" in log and "EpRewMean:" in log and "FPS:" in log
+
+
+def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):
+    counter = UpdateCounter()
+    train(tiny_config(gif_interval=1, gif_time_fraction=0.05, gif_max_frames=300), tmp_path / "run", sinks=[counter])
+    gifs = [event for event in counter.events if event["type"] == "gif"]
+    # Seconds of training cannot pay for a 300-frame GIF at 5%: only the final one is recorded.
+    assert [event["step"] for event in gifs] == [16 * 16 * 6]

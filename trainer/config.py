@@ -147,7 +147,8 @@ class TrainConfig:
         "Record a rollout GIF every this many updates, and one at the end (0: never)."))
     gif_max_frames: int = field(default=300, metadata=_help("Longest GIF, in frames (the episode is cut)."))
     gif_time_fraction: float = field(default=0.05, metadata=_help(
-        "Skip a scheduled GIF when GIFs would take more than this fraction of the training time."))
+        "Skip a scheduled GIF when GIFs would take more than this fraction of the training time "
+        "(1: never skip)."))
     log_interval: int = field(default=10, metadata=_help(
         "Write a `[STEP n] ...` log line every this many updates (metrics events go out every update)."))
     tensorboard: bool = field(default=False, metadata=_help(

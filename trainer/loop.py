@@ -35,6 +35,9 @@ from trainer.rollout import RolloutBuffer, bootstrap_truncated, collect_rollout
 from trainer.run_dir import checkpoint_folder, final_model_path, write_config
 
 
+GIF_SECONDS_PER_FRAME_ESTIMATE = 0.004
+
+
 class ResumeError(RuntimeError):
     """A run cannot be resumed (no checkpoint, or one that does not fit the config)."""
 
@@ -187,7 +190,9 @@ class TrainingSession:
         self.resumed_from_step: int | None = None
         self.last_metrics: dict | None = None
         self.gif_seconds = 0.0
-        self.last_gif_cost = 0.0
+        # Until a GIF has been timed, assume a full-length one at a typical CPU cost per frame
+        # (render + encode), so that short runs are not slowed by an early GIF.
+        self.last_gif_cost = GIF_SECONDS_PER_FRAME_ESTIMATE * config.gif_max_frames
         self.next_obs = self.env.reset(seed=config.seed + self.rank)
         if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
             self.policy.obs_normalizer.accumulate(self.next_obs)
@@ -351,6 +356,8 @@ class TrainingSession:
     def _gif_due(self) -> bool:
         if self.gif_recorder is None or self.update % self.config.gif_interval:
             return False
+        if self.config.gif_time_fraction >= 1.0:  # no budget
+            return True
         training_seconds = self.elapsed_before + time.perf_counter() - self.session_started
         # Keep GIFs to gif_time_fraction of the run: skip this one if it would go over.
         return self.gif_seconds + self.last_gif_cost <= self.config.gif_time_fraction * training_seconds
