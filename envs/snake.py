@@ -44,17 +44,6 @@ START_LENGTH = 3
 VECTOR_OBS_SIZE = 18
 
 
-def row_step(heading: Tensor) -> Tensor:
-    """Row change for headings 0..3 (up, right, down, left): -1, 0, 1, 0 (no table lookup,
-    which is slow on a CPU)."""
-    return (heading - 1).mul_(1 - (heading & 1))
-
-
-def column_step(heading: Tensor) -> Tensor:
-    """Column change for headings 0..3: 0, 1, 0, -1."""
-    return (2 - heading).mul_(heading & 1)
-
-
 def _finite(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise EnvConfigError(f"{name} must be a finite number, got {value!r}")
@@ -126,28 +115,90 @@ class SnakeVecEnv(VecEnv):
         else:
             self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, shape=(3, self.height, self.width), dtype=np.float32)
         self.single_action_space = gymnasium.spaces.Discrete(3 if action_mode == "relative" else 4)
-        # Relative directions probed by the danger features: straight, left, right.
-        self._probe_turns = torch.tensor([0, 3, 1, 0, 3, 1], device=dev)
-        self._probe_distance = torch.tensor([1, 1, 1, 2, 2, 2], device=dev)
-        self._headings = torch.arange(4, device=dev)
-        self._start_row = self.height // 2
-        self._start_column = self.width // 2
-
+        self._build_tables()
         long = dict(dtype=torch.int64, device=dev)
-        self._board_dtype = torch.uint8 if self.num_cells <= 255 else torch.int16
-        self.board = torch.zeros(num_envs, self.num_cells, dtype=self._board_dtype, device=dev)
-        self._start_cell = self._start_row * self.width + self._start_column
-        self._start_board = torch.zeros(self.num_cells, dtype=self._board_dtype, device=dev)
-        self._start_board[self._start_cell] = START_LENGTH
+        self.board = self._walls.repeat(num_envs, 1)
+        self._board_scratch = torch.empty_like(self.board)
         self.length = torch.zeros(num_envs, **long)
-        self.head_row = torch.zeros(num_envs, **long)
-        self.head_column = torch.zeros(num_envs, **long)
+        self.head = torch.zeros(num_envs, **long)  # board index of the head
         self.heading = torch.zeros(num_envs, **long)
-        self.food = torch.zeros(num_envs, **long)  # cell index, -1 while no free cell was found
+        self.food = torch.zeros(num_envs, **long)  # board index of the food, -1 while none found
         self.score = torch.zeros(num_envs, device=dev)
         self.steps_without_food = torch.zeros(num_envs, device=dev)
         self._noise = UniformNoise(num_envs, self.generator, dev)
         self.reset()
+
+    def _build_tables(self) -> None:
+        """The padded board layout and the small lookup tables that replace arithmetic.
+
+        The board has 2 rows of wall above and below the playing field and 1 column left and
+        right (a step left of column 0 lands on the previous row's right wall), so a probe 2
+        cells ahead never leaves the tensor and walls need no bounds checks: a wall holds a
+        count no snake reaches. One more scratch cell takes the writes of crashed snakes.
+        """
+        dev = self.device
+        self._board_dtype = torch.uint8 if self.num_cells < 255 else torch.int16
+        self._wall = 255 if self._board_dtype == torch.uint8 else 32767
+        self.board_width = self.width + 2
+        self._board_size = (self.height + 4) * self.board_width + 1
+        self._scratch_cell = self._board_size - 1
+        rows, columns = np.divmod(np.arange(self.num_cells), self.width)
+        interior = (rows + 2) * self.board_width + columns + 1
+        self._interior_to_board = torch.as_tensor(interior, device=dev)
+        row_of = np.full(self._board_size, -1)
+        column_of = np.full(self._board_size, -1)
+        row_of[interior], column_of[interior] = rows, columns
+        self._row_of = torch.as_tensor(row_of, dtype=torch.float32, device=dev)
+        self._column_of = torch.as_tensor(column_of, dtype=torch.float32, device=dev)
+        moves = [ROW_STEP[h] * self.board_width + COLUMN_STEP[h] for h in range(4)]
+        self._move = torch.tensor(moves, device=dev)
+        # Danger probes, per heading: 1 cell straight / left / right, then 2 cells.
+        probes = [[moves[h], moves[(h + 3) % 4], moves[(h + 1) % 4], 2 * moves[h], 2 * moves[(h + 3) % 4], 2 * moves[(h + 1) % 4]] for h in range(4)]
+        self._probe_offsets_by_heading = torch.tensor(probes, device=dev).t().contiguous()  # (6, 4)
+        self._probe_distance = torch.tensor([1, 1, 1, 2, 2, 2], dtype=self._board_dtype, device=dev).unsqueeze(1)
+        self._headings = torch.arange(4, device=dev).unsqueeze(1)
+        # Start of every env's board in the flattened (N * board size) tensor.
+        self._env_offsets = torch.arange(self.num_envs, device=dev) * self._board_size
+        self._turns = torch.tensor([0, 3, 1], device=dev)  # straight, left (+3 mod 4), right (+1)
+        self._start_interior = (self.height // 2) * self.width + self.width // 2
+        self._start_cell = int(interior[self._start_interior])
+        walls = torch.full((self._board_size,), self._wall, dtype=self._board_dtype, device=dev)
+        walls[self._interior_to_board] = 0
+        self._walls = walls.unsqueeze(0)
+
+    # Positions --------------------------------------------------------------------------------
+
+    def position(self, board_index: Tensor) -> tuple[Tensor, Tensor]:
+        """(row, column) on the playing field of board indices (-1, -1 for walls and 'none')."""
+        index = board_index.clamp(min=0)
+        missing = board_index < 0
+        return (
+            self._row_of.take(index).masked_fill_(missing, -1).to(torch.int64),
+            self._column_of.take(index).masked_fill_(missing, -1).to(torch.int64),
+        )
+
+    @property
+    def head_row(self) -> Tensor:
+        return self.position(self.head)[0]
+
+    @property
+    def head_column(self) -> Tensor:
+        return self.position(self.head)[1]
+
+    def board_index(self, row: int, column: int) -> int:
+        """The board index of a cell of the playing field."""
+        if not (0 <= row < self.height and 0 <= column < self.width):
+            raise EnvConfigError(f"cell ({row}, {column}) is outside the {self.height} x {self.width} board")
+        return (row + 2) * self.board_width + column + 1
+
+    def set_food(self, row: int, column: int, index: int | None = None) -> None:
+        """Put the food of env `index` (all envs if None) on a cell (for scripted scenes)."""
+        target = self.food if index is None else self.food[index : index + 1]
+        target.fill_(self.board_index(row, column))
+
+    def field_counts(self) -> Tensor:
+        """(N, H, W) body counts on the playing field (0 free, the length at the head)."""
+        return self.board[:, self._interior_to_board].view(self.num_envs, self.height, self.width)
 
     # Game logic -------------------------------------------------------------------------------
 
@@ -155,23 +206,23 @@ class SnakeVecEnv(VecEnv):
         """Put the envs where `starting` is true at the start of a new game, in place.
 
         The snake starts as its head in the centre, heading a random way (from `fields[0]`),
-        and unrolls to its start length over the first steps; the food goes on the first of
-        `fields[1:]`'s random cells that is not the centre.
+        and unrolls to its start length over the first steps; the food goes on one of the
+        other cells, uniformly (from `fields[1]`).
         """
+        # Clear the board (a broadcast multiply; masked_fill_ with a broadcast mask is much
+        # slower on a CPU), then put the walls back.
         self.board.mul_((~starting).to(self._board_dtype).unsqueeze(1))
-        start_column = self.board[:, self._start_cell]
-        start_column.copy_(torch.where(starting, START_LENGTH, start_column))
+        torch.maximum(self.board, self._walls, out=self.board)
+        self.board[:, self._start_cell].masked_fill_(starting, START_LENGTH)
         self.length.masked_fill_(starting, START_LENGTH)
-        self.head_row.masked_fill_(starting, self._start_row)
-        self.head_column.masked_fill_(starting, self._start_column)
+        self.head.masked_fill_(starting, self._start_cell)
         random_heading = (fields[0] * 4).to(torch.int64).clamp_(max=3)
-        self.heading.copy_(torch.where(starting, random_heading, self.heading))
-        candidates = self._candidate_cells(fields[1:])
-        food = self._first_free(candidates, candidates != self._start_cell)
-        self.food.copy_(torch.where(starting, food, self.food))
-        keep = (~starting).to(torch.float32)
-        self.score.mul_(keep)
-        self.steps_without_food.mul_(keep)
+        torch.where(starting, random_heading, self.heading, out=self.heading)
+        food = (fields[1] * (self.num_cells - 1)).to(torch.int64).clamp_(max=self.num_cells - 2)
+        food += food >= self._start_interior  # every cell but the head's, uniformly
+        torch.where(starting, self._interior_to_board.index_select(0, food), self.food, out=self.food)
+        self.score.masked_fill_(starting, 0.0)
+        self.steps_without_food.masked_fill_(starting, 0.0)
 
     @staticmethod
     def _first_free(candidates: Tensor, free: Tensor) -> Tensor:
@@ -181,10 +232,6 @@ class SnakeVecEnv(VecEnv):
             chosen = torch.where(free[:, column], candidates[:, column], chosen)
         return chosen
 
-    def _candidate_cells(self, uniform: Tensor) -> Tensor:
-        """(N, k) random cell indices from (k, N) uniform numbers."""
-        return (uniform.t() * self.num_cells).to(torch.int64).clamp_(max=self.num_cells - 1)
-
     def _place_food(self, needs_food: Tensor, uniform: Tensor) -> None:
         """Give a new food to the envs in `needs_food`, on the first free of a few random cells
         (one per row of `uniform`).
@@ -192,56 +239,53 @@ class SnakeVecEnv(VecEnv):
         Rejection sampling keeps the food uniform over the free cells; when all are taken
         (a nearly full board) the env has no food this step and tries again on the next.
         """
-        candidates = self._candidate_cells(uniform)
+        interior = (uniform.t() * self.num_cells).to(torch.int64).clamp_(max=self.num_cells - 1)  # (N, k)
+        candidates = self._interior_to_board.take(interior)
         chosen = self._first_free(candidates, self.board.gather(1, candidates) == 0)
-        self.food.copy_(torch.where(needs_food, chosen, self.food))
+        torch.where(needs_food, chosen, self.food, out=self.food)
 
     def _reset_all(self) -> Tensor:
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self._start_new_episodes(everyone, self._noise.draw(4))
-        return self._vector_obs(torch.zeros(self.num_envs, 6, device=self.device)) if self.obs_mode == "vector" else self._grid_obs()
+        if self.obs_mode == "grid":
+            return self._grid_obs()
+        return self._vector_obs(self._probe_counts().zero_())
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         actions = self._discrete_actions(actions)
         if self.action_mode == "relative":
-            # Action 0 straight, 1 left (a quarter turn back: +3 mod 4), 2 right (+1).
-            turn = torch.where(actions == 1, 3, actions.clamp(max=1))  # 0 -> 0, 1 -> 3, 2 -> 1
-            heading = (self.heading + turn).bitwise_and_(3)
+            heading = (self.heading + self._turns.index_select(0, actions)).bitwise_and_(3)
         else:
             reverse = actions == (self.heading + 2).bitwise_and_(3)
             heading = torch.where(reverse, self.heading, actions)
-        new_row = self.head_row + row_step(heading)
-        new_column = self.head_column + column_step(heading)
-        hit_wall = (new_row < 0) | (new_row >= self.height) | (new_column < 0) | (new_column >= self.width)
-        new_row.clamp_(0, self.height - 1)
-        new_column.clamp_(0, self.width - 1)
-        new_cell = (new_row * self.width + new_column).unsqueeze(1)
+        new_cell = self.head + self._move.index_select(0, heading)
 
-        # The tail (count 1) moves on as the head moves in, so the tail's own cell is safe.
-        hit_body = self.board.gather(1, new_cell).squeeze(1) > 1
-        crashed = hit_wall | hit_body
-        eats = (new_cell.squeeze(1) == self.food) & ~crashed
+        # Walls hold a count no snake reaches; the tail (count 1) moves on as the head moves
+        # in, so the tail's own cell is safe.
+        crashed = self.board.gather(1, new_cell.unsqueeze(1)).squeeze(1) > 1
+        eats = (new_cell == self.food) & ~crashed
         alive = ~crashed
         # Every body cell counts down, except when the snake eats (it grows) or has crashed
-        # (it stays as it died): min(count, 1) is 1 on the body and 0 elsewhere.
+        # (it stays as it died): min(count, 1) is 1 on the body and the walls, 0 elsewhere,
+        # and the walls get it back below.
         moves_on = (alive & ~eats).to(self._board_dtype).unsqueeze(1)
-        self.board.sub_(torch.minimum(self.board, moves_on))
-        self.length.add_(eats.to(torch.int64))
-        old_count = self.board.gather(1, new_cell).squeeze(1)
-        head_count = torch.where(alive, self.length.to(self._board_dtype), old_count)
-        self.board.scatter_(1, new_cell, head_count.unsqueeze(1))
-        self.head_row.copy_(torch.where(alive, new_row, self.head_row))
-        self.head_column.copy_(torch.where(alive, new_column, self.head_column))
-        self.heading.copy_(heading)
-        eats_float = eats.to(torch.float32)
-        score = self.score.add_(eats_float)
-        self.steps_without_food.add_(1.0).mul_(1.0 - eats_float)
+        torch.minimum(self.board, moves_on, out=self._board_scratch)
+        self.board.sub_(self._board_scratch)
+        torch.maximum(self.board, self._walls, out=self.board)
+        self.length.add_(eats)
+        head_cell = torch.where(alive, new_cell, self._scratch_cell)
+        self.board.scatter_(1, head_cell.unsqueeze(1), self.length.to(self._board_dtype).unsqueeze(1))
+        torch.where(alive, new_cell, self.head, out=self.head)
+        self.heading = heading
+        score = self.score.add_(eats)
+        self.steps_without_food.add_(1.0).masked_fill_(eats, 0.0)
 
         won = self.length >= self.num_cells
         terminated = crashed | won
         truncated = self.steps_without_food >= self.max_steps_without_food
         done = terminated | truncated
-        reward = torch.where(crashed, self.reward_death, self.reward_step).add_(eats_float * self.reward_food)
+        reward = torch.where(crashed, self.reward_death, self.reward_step)
+        reward = torch.where(eats, self.reward_food + self.reward_step, reward)
         self.stats.update(reward, score, done)
 
         fields = self._noise.draw(4)
@@ -252,58 +296,58 @@ class SnakeVecEnv(VecEnv):
                 self._start_new_episodes(done, fields)
                 return self._grid_obs(), reward, terminated, truncated, {"final_obs": final_obs}
             return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
-        danger = self._danger()
-        final_obs = self._vector_obs(danger)
+        probe_counts = self._probe_counts()
+        final_obs = self._vector_obs(probe_counts)
         if not self.auto_reset:
             return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
         # A finished env did not use `fields` for food above, so its new game can. Nothing is
-        # ever in danger at the start (the head alone in the centre), hence danger * keep.
+        # in danger at the start (the head alone in the centre): zero its probes.
         self._start_new_episodes(done, fields)
-        obs = self._vector_obs(danger.mul_((~done).to(torch.float32).unsqueeze(1)))
-        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+        probe_counts.mul_((~done).to(self._board_dtype))
+        return self._vector_obs(probe_counts), reward, terminated, truncated, {"final_obs": final_obs}
 
     # Observations -----------------------------------------------------------------------------
 
-    def _danger(self) -> Tensor:
-        """(N, 6): a wall or body one / two cells ahead, left and right of the head."""
-        probe_heading = (self.heading.unsqueeze(1) + self._probe_turns).bitwise_and_(3)  # (N, 6)
-        probe_row = self.head_row.unsqueeze(1) + row_step(probe_heading).mul_(self._probe_distance)
-        probe_column = self.head_column.unsqueeze(1) + column_step(probe_heading).mul_(self._probe_distance)
-        outside = (probe_row < 0) | (probe_row >= self.height) | (probe_column < 0) | (probe_column >= self.width)
-        probe_cell = probe_row.clamp_(0, self.height - 1).mul_(self.width).add_(probe_column.clamp_(0, self.width - 1))
-        # Body cells still there after the snake moves `distance` cells on.
-        still_body = self.board.gather(1, probe_cell) > self._probe_distance
-        return (outside | still_body).to(torch.float32)
+    def _probe_counts(self) -> Tensor:
+        """(6, N) board counts 1 and 2 cells straight ahead, left and right of each head.
 
-    def _vector_obs(self, danger: Tensor) -> Tensor:
-        obs = torch.empty(self.num_envs, VECTOR_OBS_SIZE, device=self.device)
-        obs[:, 0:6] = danger
-        obs[:, 6:10] = self.heading.unsqueeze(1) == self._headings
+        Feature-major (6, N) rather than (N, 6): on a CPU, ops over many short rows are several
+        times slower than the same ops over a few long ones.
+        """
+        probes = self._probe_offsets_by_heading.index_select(1, self.heading).add_(self.head).add_(self._env_offsets)
+        return self.board.view(-1).take(probes)
+
+    def _vector_obs(self, probe_counts: Tensor) -> Tensor:
+        """The 18 features, computed feature-major into one (18, N) buffer, then transposed."""
+        features = torch.empty(VECTOR_OBS_SIZE, self.num_envs, device=self.device)
+        # A probed cell is dangerous if it is still body (or wall) after moving that far.
+        torch.gt(probe_counts, self._probe_distance, out=features[0:6])
+        torch.eq(self.heading, self._headings, out=features[6:10])
         has_food = self.food >= 0
         food = self.food.clamp(min=0)
-        food_row = torch.div(food, self.width, rounding_mode="floor")
-        food_column = food - food_row * self.width
-        row_delta = torch.where(has_food, food_row - self.head_row, 0)
-        column_delta = torch.where(has_food, food_column - self.head_column, 0)
-        obs[:, 10] = (row_delta < 0).to(torch.float32)
-        obs[:, 11] = (column_delta > 0).to(torch.float32)
-        obs[:, 12] = (row_delta > 0).to(torch.float32)
-        obs[:, 13] = (column_delta < 0).to(torch.float32)
-        obs[:, 14] = column_delta / self.width
-        obs[:, 15] = row_delta / self.height
-        obs[:, 16] = self.length / self.num_cells
-        obs[:, 17] = self.steps_without_food / self.max_steps_without_food
-        return obs
+        row_delta = (self._row_of.index_select(0, food) - self._row_of.index_select(0, self.head)).mul_(has_food)
+        column_delta = (self._column_of.index_select(0, food) - self._column_of.index_select(0, self.head)).mul_(has_food)
+        torch.lt(row_delta, 0, out=features[10])
+        torch.gt(column_delta, 0, out=features[11])
+        torch.gt(row_delta, 0, out=features[12])
+        torch.lt(column_delta, 0, out=features[13])
+        torch.div(column_delta, self.width, out=features[14])
+        torch.div(row_delta, self.height, out=features[15])
+        torch.div(self.length, self.num_cells, out=features[16])
+        torch.div(self.steps_without_food, self.max_steps_without_food, out=features[17])
+        return features.t().contiguous()
 
     def _grid_obs(self) -> Tensor:
-        planes = torch.zeros(self.num_envs, 3, self.num_cells, device=self.device)
+        planes = torch.zeros(self.num_envs, 3, self.height, self.width, device=self.device)
         # Body: 1 at the head, falling linearly to 1/length at the tail, 0 off the body.
-        planes[:, 0] = self.board.to(torch.float32) / self.length.unsqueeze(1).to(torch.float32)
-        head_cell = (self.head_row * self.width + self.head_column).unsqueeze(1)
-        planes[:, 1].scatter_(1, head_cell, 1.0)
+        torch.div(self.field_counts(), self.length.view(-1, 1, 1), out=planes[:, 0])
+        flat = planes.view(self.num_envs, 3, self.num_cells)
+        head_row, head_column = self.position(self.head)
+        flat[:, 1].scatter_(1, (head_row * self.width + head_column).unsqueeze(1), 1.0)
+        food_row, food_column = self.position(self.food)
         has_food = (self.food >= 0).to(torch.float32).unsqueeze(1)
-        planes[:, 2].scatter_(1, self.food.clamp(min=0).unsqueeze(1), has_food)
-        return planes.view(self.num_envs, 3, self.height, self.width)
+        flat[:, 2].scatter_(1, (food_row * self.width + food_column).clamp(min=0).unsqueeze(1), has_food)
+        return planes
 
     def game_score(self) -> Tensor:
         """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
@@ -314,7 +358,7 @@ class SnakeVecEnv(VecEnv):
     def body_cells(self, index: int = 0) -> list[tuple[int, int]]:
         """(row, column) of every body cell of env `index`, head first."""
         index = self._check_render_index(index)
-        counts = self.board[index].to(torch.int64).cpu()
+        counts = self.field_counts()[index].to(torch.int64).cpu().flatten()
         on_body = torch.nonzero(counts > 0).squeeze(1)
         order = torch.argsort(counts[on_body], descending=True)
         return [(int(c) // self.width, int(c) % self.width) for c in on_body[order]]
@@ -322,8 +366,8 @@ class SnakeVecEnv(VecEnv):
     def render(self, index: int = 0) -> np.ndarray:
         """An RGB frame of env `index`: score bar, checkered board, snake and food."""
         body = self.body_cells(index)
-        food = int(self.food[index])
-        food_cell = None if food < 0 else (food // self.width, food % self.width)
+        food_row, food_column = self.position(self.food[index : index + 1])
+        food_cell = None if int(food_row) < 0 else (int(food_row), int(food_column))
         return draw_snake(body, food_cell, int(self.heading[index]), int(self.score[index]), self.height, self.width)
 
 

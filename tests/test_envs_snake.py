@@ -18,17 +18,13 @@ def _snake(num_envs=1, **kwargs):
     return env
 
 
-def _cell(row, column, width=12):
-    return row * width + column
-
-
 def _act(env, action):
     return env.step(torch.full((env.num_envs,), action))
 
 
 def test_running_into_the_wall_ends_the_game():
     env = _snake()
-    env.food.fill_(_cell(11, 0))  # out of the way
+    env.set_food(11, 0)  # out of the way
     for step in range(1, 20):
         obs, reward, terminated, truncated, info = _act(env, UP)
         if terminated.any():
@@ -41,23 +37,23 @@ def test_running_into_the_wall_ends_the_game():
 
 def test_eating_grows_the_snake_and_scores():
     env = _snake()
-    env.food.fill_(_cell(6, 7))
+    env.set_food(6, 7)
     obs, reward, terminated, truncated, _ = _act(env, RIGHT)
     assert reward.item() == 1.0 and not terminated.any()
     assert env.length.item() == 4 and env.game_score().item() == 1
     food = env.food.item()
-    assert food >= 0 and food != _cell(6, 7), "a new food appeared elsewhere"
+    assert food >= 0 and food != env.board_index(6, 7), "a new food appeared elsewhere"
     assert env.board[0, food].item() == 0, "not on the snake"
 
 
 def test_running_into_its_own_body_ends_the_game():
     env = _snake()
     env.heading.fill_(UP)
-    env.food.fill_(_cell(5, 6))
+    env.set_food(5, 6)
     _act(env, UP)
-    env.food.fill_(_cell(4, 6))
+    env.set_food(4, 6)
     _act(env, UP)  # length 5 now
-    env.food.fill_(_cell(11, 11))
+    env.set_food(11, 11)
     for action in (RIGHT, DOWN):
         _, _, terminated, *_ = _act(env, action)
         assert not terminated.any()
@@ -68,9 +64,9 @@ def test_running_into_its_own_body_ends_the_game():
 def test_following_its_own_tail_is_safe_and_hunger_truncates():
     env = _snake(max_steps_without_food=20)
     env.heading.fill_(UP)
-    env.food.fill_(_cell(5, 6))
+    env.set_food(5, 6)
     _act(env, UP)  # length 4: it can circle a 2 x 2 square, entering the cell its tail leaves
-    env.food.fill_(_cell(0, 0))
+    env.set_food(0, 0)
     circle = [RIGHT, DOWN, LEFT, UP]
     for step in range(20):
         _, reward, terminated, truncated, _ = _act(env, circle[step % 4])
@@ -141,7 +137,7 @@ def test_bad_options_are_named():
 
 def test_render_looks_like_snake():
     env = _snake()
-    env.food.fill_(_cell(6, 7))
+    env.set_food(6, 7)
     _act(env, RIGHT)
     _act(env, RIGHT)
     frame = env.render(0)
