@@ -38,15 +38,15 @@ test_status=${PIPESTATUS[0]}
 if [[ $test_status -ne 0 && $test_status -ne 5 ]]; then status=1; fi   # 5: no test selected
 
 echo "== 2/3 env throughput on cuda =="
-for env in cartpole flappy_bird snake; do
-    timeout 60 python benchmarks/envs.py --device cuda --env "$env" --num-envs "${NUM_ENVS[@]}" \
-        2>&1 | tee "$OUT/envs_$env.txt" || status=1
-done
+timeout 90 python benchmarks/envs.py --device cuda --num-envs "${NUM_ENVS[@]}" --no-gym \
+    --envs cartpole flappy_bird snake --json "$OUT/envs.json" 2>&1 | tee "$OUT/envs.txt"
+if [[ ${PIPESTATUS[0]} -ne 0 ]]; then status=1; fi
 
 echo "== 3/3 PPO training throughput on cuda =="
 SCALING=$(IFS=,; echo "${NUM_ENVS[*]}")
 timeout 120 python -m benchmarks --only scaling --device cuda --scaling-envs "$SCALING" \
-    --throughput-steps 2000000 --out "$OUT" 2>&1 | tee "$OUT/training.txt" || status=1
+    --throughput-steps 2000000 --out "$OUT" 2>&1 | tee "$OUT/training.txt"
+if [[ ${PIPESTATUS[0]} -ne 0 ]]; then status=1; fi
 
 echo "gpu_check finished in $((SECONDS - START)) s with status $status; figures in $OUT/"
 exit $status

@@ -88,7 +88,7 @@ def plot_scaling(scaling: list[dict], path: Path) -> Path | None:
     axes.set_yscale("log")
     axes.set_xlabel("num_envs")
     axes.set_ylabel("environment steps per second")
-    axes.set_title("Scaling with num_envs, CartPole, shipped config otherwise")
+    axes.set_title("Scaling with num_envs: CartPole, shipped config,\nsame gradient steps per update")
     axes.legend()
     return _save(figure, path)
 

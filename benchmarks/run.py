@@ -223,9 +223,14 @@ def _solve_text(result: dict) -> str:
 
 def run_scaling(args, shipped: dict[str, Any]) -> list[dict[str, Any]]:
     points = []
+    # The shipped config scaled the way PPO configs scale: the same rollout length and the same
+    # number of gradient steps per update, so the minibatch grows with num_envs.
+    num_minibatches = shipped["num_envs"] * shipped["num_steps"] // shipped["minibatch_size"]
     for num_envs in args.scaling_envs:
-        settings = dict(shipped, num_envs=num_envs)
-        rollout = num_envs * settings["num_steps"]
+        rollout = num_envs * shipped["num_steps"]
+        target = max(1, rollout // num_minibatches)
+        minibatch = max(size for size in range(1, target + 1) if rollout % size == 0)  # must divide
+        settings = dict(shipped, num_envs=num_envs, minibatch_size=minibatch)
         total = max(args.throughput_steps, 4 * rollout)
         params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
                   "env_name": "cartpole", "total_steps": total, "device": args.device}
