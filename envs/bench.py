@@ -8,7 +8,8 @@ For every native env and num_envs it times `env.step` on pre-generated random ac
 (so sampling actions is not part of the cost) and prints steps/s, with Gymnasium's
 `SyncVectorEnv` CartPole and Gymnasium's own numpy-vectorised CartPole
 (`gymnasium.make_vec("CartPole-v1", vectorization_mode="vector_entry_point")`) measured in the
-same run, and the ratios. Each figure is the median of `--repeats` timed runs.
+same run, and the ratios (of medians). Each figure is the median of `--repeats` timed runs; the
+fastest run is printed too, as the figure least disturbed by other work on a shared machine.
 """
 from __future__ import annotations
 
@@ -32,12 +33,13 @@ class Measurement:
     env: str
     implementation: str
     num_envs: int
-    steps_per_second: float
+    steps_per_second: float  # median of the timed runs
     device: str
+    best_steps_per_second: float = 0.0  # fastest timed run (least disturbed by other load)
 
 
-def _time_loop(step_once, num_envs: int, seconds: float, repeats: int, synchronize) -> float:
-    """Median steps/s over `repeats` runs of about `seconds` each (after a warm-up)."""
+def _time_loop(step_once, num_envs: int, seconds: float, repeats: int, synchronize) -> tuple[float, float]:
+    """(median, best) steps/s over `repeats` runs of about `seconds` each (after a warm-up)."""
     for _ in range(10):
         step_once()
     synchronize()
@@ -55,7 +57,7 @@ def _time_loop(step_once, num_envs: int, seconds: float, repeats: int, synchroni
             step_once()
         synchronize()
         rates.append(num_envs * steps_per_run / (time.perf_counter() - start))
-    return statistics.median(rates)
+    return statistics.median(rates), max(rates)
 
 
 def measure_native(name: str, num_envs: int, device: str, seconds: float, repeats: int, **env_kwargs) -> Measurement:
@@ -75,13 +77,13 @@ def measure_native(name: str, num_envs: int, device: str, seconds: float, repeat
         counter[0] += 1
 
     synchronize = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
-    rate = _time_loop(step_once, num_envs, seconds, repeats, synchronize)
+    median, best = _time_loop(step_once, num_envs, seconds, repeats, synchronize)
     env.close()
     label = name + "".join(f" {key}={value}" for key, value in env_kwargs.items())
-    return Measurement(label, "ours (torch)", num_envs, rate, device)
+    return Measurement(label, "ours (torch)", num_envs, median, device, best)
 
 
-def _measure_gymnasium_vector(vector_env, num_envs: int, seconds: float, repeats: int) -> float:
+def _measure_gymnasium_vector(vector_env, num_envs: int, seconds: float, repeats: int) -> tuple[float, float]:
     vector_env.reset(seed=0)
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, 2, num_envs) for _ in range(ACTION_BATCHES)]
@@ -91,23 +93,25 @@ def _measure_gymnasium_vector(vector_env, num_envs: int, seconds: float, repeats
         vector_env.step(batches[counter[0] % ACTION_BATCHES])
         counter[0] += 1
 
-    rate = _time_loop(step_once, num_envs, seconds, repeats, lambda: None)
+    rates = _time_loop(step_once, num_envs, seconds, repeats, lambda: None)
     vector_env.close()
-    return rate
+    return rates
 
 
 def measure_gymnasium_sync(num_envs: int, seconds: float, repeats: int) -> Measurement:
     import gymnasium
 
     vector_env = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * num_envs)
-    return Measurement("cartpole", "Gymnasium SyncVectorEnv", num_envs, _measure_gymnasium_vector(vector_env, num_envs, seconds, repeats), "cpu")
+    median, best = _measure_gymnasium_vector(vector_env, num_envs, seconds, repeats)
+    return Measurement("cartpole", "Gymnasium SyncVectorEnv", num_envs, median, "cpu", best)
 
 
 def measure_gymnasium_numpy(num_envs: int, seconds: float, repeats: int) -> Measurement:
     import gymnasium
 
     vector_env = gymnasium.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
-    return Measurement("cartpole", "Gymnasium make_vec numpy", num_envs, _measure_gymnasium_vector(vector_env, num_envs, seconds, repeats), "cpu")
+    median, best = _measure_gymnasium_vector(vector_env, num_envs, seconds, repeats)
+    return Measurement("cartpole", "Gymnasium make_vec numpy", num_envs, median, "cpu", best)
 
 
 def _format_rate(rate: float) -> str:
@@ -126,8 +130,8 @@ def format_table(measurements: list[Measurement]) -> str:
         if m.implementation.startswith("Gymnasium")
     }
     lines = [
-        "| env | implementation | device | num_envs | steps/s | x SyncVectorEnv | x make_vec numpy |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| env | implementation | device | num_envs | steps/s (median) | best run | x SyncVectorEnv | x make_vec numpy |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for m in measurements:
         sync = baseline.get(("Gymnasium SyncVectorEnv", m.num_envs))
@@ -135,7 +139,8 @@ def format_table(measurements: list[Measurement]) -> str:
         ratio_sync = f"{m.steps_per_second / sync:.1f}" if sync else "-"
         ratio_numpy = f"{m.steps_per_second / numpy_vec:.2f}" if numpy_vec else "-"
         lines.append(
-            f"| {m.env} | {m.implementation} | {m.device} | {m.num_envs} | {_format_rate(m.steps_per_second)} | {ratio_sync} | {ratio_numpy} |"
+            f"| {m.env} | {m.implementation} | {m.device} | {m.num_envs} | {_format_rate(m.steps_per_second)} "
+            f"| {_format_rate(m.best_steps_per_second)} | {ratio_sync} | {ratio_numpy} |"
         )
     return "\n".join(lines)
 
@@ -169,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  Gymnasium make_vec numpy {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s", flush=True)
 
     device_name = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else f"{os.cpu_count()} CPU cores"
-    print(f"\nRandom-action steps/s, {device_name}, torch {torch.__version__}, {args.threads} torch thread(s), median of {args.repeats} x {args.seconds}s\n")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"\nRandom-action steps/s, {device_name}, torch {torch.__version__}, {args.threads} torch thread(s), "
+        f"median of {args.repeats} x {args.seconds}s; load average at the end: {load:.1f}\n"
+    )
     print(format_table(measurements))
     if args.json:
         temporary = args.json + ".tmp"
