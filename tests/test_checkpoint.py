@@ -306,3 +306,9 @@ def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):
     gifs = [event for event in counter.events if event["type"] == "gif"]
     # Seconds of training cannot pay for a 300-frame GIF at 5%: only the final one is recorded.
     assert [event["step"] for event in gifs] == [16 * 16 * 6]
+
+
+def test_a_run_directory_is_not_trained_into_twice(tmp_path):
+    train(tiny_config(total_timesteps=256), tmp_path / "run")
+    with pytest.raises(ResumeError, match="already holds a run"):
+        train(tiny_config(total_timesteps=256), tmp_path / "run")

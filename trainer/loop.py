@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 
 from trainer.checkpoint import (FORMAT, FORMAT_VERSION, atomic_save, capture_env_state, checkpoint_path,
-                                latest_checkpoint, library_versions, prune_checkpoints, restore_env_state)
+                                latest_checkpoint, library_versions, list_checkpoints, prune_checkpoints,
+                                restore_env_state)
 from trainer.config import TrainConfig, config_from_dict
 from trainer.distributed import DistributedContext, setup_distributed
 from trainer.events import EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, trim_events_after
@@ -68,6 +69,9 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
     is_main = context is None or context.is_main
     bus = EventBus()
     if is_main:
+        if not resume and _holds_a_run(run_dir, config):
+            raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
+                              f"(--resume {run_dir}) or train into a new run directory")
         run_dir.mkdir(parents=True, exist_ok=True)
         bus.sinks = [JsonlSink(run_dir / "metrics.jsonl"),
                      LogSink(run_dir / "train.log", log_interval=config.log_interval)]
@@ -91,6 +95,12 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
         if session is not None:
             session.close()
         bus.close()
+
+
+def _holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
+    metrics = run_dir / "metrics.jsonl"
+    return (metrics.is_file() and metrics.stat().st_size > 0) or bool(
+        list_checkpoints(checkpoint_folder(run_dir, config)))
 
 
 def _device_type(config: TrainConfig) -> str:

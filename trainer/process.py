@@ -42,7 +42,8 @@ def run_training(config_dict: dict, run_dir: str, queue, stop_event, resume: boo
         if not queue_sink.saw_end:
             # train() failed before it had its sinks (e.g. an invalid config): report here.
             sinks = [queue_sink]
-            if run_dir is not None and Path(run_dir).is_dir():
+            fresh = run_dir is not None and Path(run_dir).is_dir() and not (Path(run_dir) / "metrics.jsonl").exists()
+            if fresh:  # never append a failure to the history of an existing run
                 sinks += [JsonlSink(Path(run_dir) / "metrics.jsonl"), LogSink(Path(run_dir) / "train.log")]
             bus = EventBus(sinks)
             bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
