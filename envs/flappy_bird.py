@@ -43,6 +43,8 @@ PIPE_WIDTH = 52
 GRAVITY = 1.0
 MAX_FALL_SPEED = 10.0
 HALF_FIELD = GROUND_Y / 2
+GROUND_SHADE = 0.3  # grayscale values of the pixel observations (sky 0, bird 1)
+PIPE_SHADE = 0.6
 
 
 def _positive_number(name: str, value, minimum: float = 0.0, maximum: float = math.inf) -> float:
@@ -147,11 +149,13 @@ class FlappyBirdVecEnv(VecEnv):
             # World coordinates of the centre of every observation pixel.
             self._pixel_rows = (torch.arange(height, device=dev) + 0.5) * (SCREEN_HEIGHT / height)
             self._pixel_cols = (torch.arange(width, device=dev) + 0.5) * (SCREEN_WIDTH / width)
-            ground_rows = (self._pixel_rows >= GROUND_Y).to(torch.float32)
-            self._ground_image = (ground_rows[:, None] * 0.3).expand(height, width).contiguous()
+            ground_rows = (self._pixel_rows >= GROUND_Y).to(torch.float32) * GROUND_SHADE
+            self._ground_rows = ground_rows.expand(num_envs, 1, height)
             bird_cols = (self._pixel_cols >= BIRD_X) & (self._pixel_cols < BIRD_X + BIRD_WIDTH)
-            self._bird_cols = bird_cols.to(torch.float32)
+            self._bird_cols = bird_cols.to(torch.float32).expand(num_envs, 1, width)
+            self._all_cols = torch.ones(num_envs, 1, width, device=dev)
             self._frames: Tensor | None = None
+            self._start_frames: Tensor | None = None
         self.single_action_space = gymnasium.spaces.Discrete(2)
 
         self.bird_y = torch.zeros(num_envs, device=dev)  # top edge of the bird, px from the top
@@ -186,8 +190,11 @@ class FlappyBirdVecEnv(VecEnv):
         self.episode_length.zero_()
         self._steps_taken = 0
         if self.obs_mode == "pixels":
+            # Every game starts with the same picture (the pipes are still off-screen), the
+            # first frame repeated.
             frame = self._pixel_frame(self.bird_y, self.pipe_offset, self.gap_tops)
-            self._frames = frame.unsqueeze(1).expand(-1, self.frame_stack, -1, -1).contiguous()
+            self._start_frames = frame[:1].unsqueeze(1).expand(-1, self.frame_stack, -1, -1).contiguous()
+            self._frames = self._start_frames.expand(self.num_envs, -1, -1, -1).contiguous()
             return self._frames
         return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops)
 
@@ -235,7 +242,9 @@ class FlappyBirdVecEnv(VecEnv):
         reward = torch.where(terminated, self.reward_death, self.reward_alive).add_(pipes_passed * self.reward_pipe)
         self.stats.update(reward, score, done)
 
-        final_obs = self._observe(bird_y, velocity, pipe_offset, gap_tops, fresh_frames=None)
+        if self.obs_mode == "pixels":
+            return self._pixel_step_result(bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done)
+        final_obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
         if self.auto_reset:
             start_y, start_velocity, start_offset, start_gaps = self._start_state()
             bird_y = torch.where(done, start_y, bird_y)
@@ -245,25 +254,32 @@ class FlappyBirdVecEnv(VecEnv):
             keep = (~done).to(torch.float32)
             self.score.mul_(keep)
             self.episode_length.mul_(keep)
-            obs = self._observe(bird_y, velocity, pipe_offset, gap_tops, fresh_frames=done)
+            obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
         else:
             obs = final_obs
         self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = bird_y, velocity, pipe_offset, gap_tops
         return obs, reward, terminated, truncated, {"final_obs": final_obs}
 
-    # Observations -----------------------------------------------------------------------------
-
-    def _observe(self, bird_y, velocity, pipe_offset, gap_tops, fresh_frames: Tensor | None) -> Tensor:
-        if self.obs_mode == "vector":
-            return self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
+    def _pixel_step_result(self, bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done):
+        """The end of `step` for pixel observations: one new frame per env, and the constant
+        start picture for envs that begin a new game."""
         frame = self._pixel_frame(bird_y, pipe_offset, gap_tops)
-        stacked = torch.cat((self._frames[:, 1:], frame.unsqueeze(1)), dim=1)
-        if fresh_frames is None:
-            return stacked
-        # A new episode starts with its first frame repeated.
-        restart = frame.unsqueeze(1).expand_as(stacked)
-        self._frames = torch.where(fresh_frames.view(-1, 1, 1, 1), restart, stacked)
-        return self._frames
+        final_obs = torch.cat((self._frames[:, 1:], frame.unsqueeze(1)), dim=1)
+        obs = final_obs
+        if self.auto_reset:
+            start_y, start_velocity, start_offset, start_gaps = self._start_state()
+            bird_y = torch.where(done, start_y, bird_y)
+            velocity = torch.where(done, start_velocity, velocity)
+            pipe_offset = torch.where(done, start_offset, pipe_offset)
+            gap_tops = torch.where(done.unsqueeze(1), start_gaps, gap_tops)
+            self.score.masked_fill_(done, 0.0)
+            self.episode_length.masked_fill_(done, 0.0)
+            obs = torch.where(done.view(-1, 1, 1, 1), self._start_frames, final_obs)
+        self._frames = obs
+        self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = bird_y, velocity, pipe_offset, gap_tops
+        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+
+    # Observations -----------------------------------------------------------------------------
 
     def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gap_tops: Tensor) -> Tensor:
         pipe_x = pipe_offset.unsqueeze(1) + self._pipe_slots
@@ -282,17 +298,22 @@ class FlappyBirdVecEnv(VecEnv):
         return obs
 
     def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gap_tops: Tensor) -> Tensor:
-        """(N, H, W) grayscale frames: sky 0, ground 0.3, pipes 0.6, bird 1."""
+        """(N, H, W) grayscale frames: sky 0, ground 0.3, pipes 0.6, bird 1.
+
+        Every object is a rectangle, i.e. (its rows) x (its columns), so a frame is a sum of a
+        few outer products: one batched matrix product for the whole batch. Pipes never
+        overlap each other, the ground or the bird (except at a crash, clipped to 1).
+        """
         rows, cols = self._pixel_rows, self._pixel_cols
-        pipe_x = pipe_offset.unsqueeze(1) + self._pipe_slots  # (N, P)
-        in_pipe_cols = (cols >= pipe_x.unsqueeze(2)) & (cols < pipe_x.unsqueeze(2) + PIPE_WIDTH)  # (N, P, W)
-        outside_gap_rows = (rows < gap_tops.unsqueeze(2)) | (rows >= gap_tops.unsqueeze(2) + self.gap_size)  # (N, P, H)
-        outside_gap_rows &= rows < GROUND_Y
-        pipes = torch.einsum("nph,npw->nhw", outside_gap_rows.to(torch.float32), in_pipe_cols.to(torch.float32))
-        bird_rows = ((rows >= bird_y.unsqueeze(1)) & (rows < bird_y.unsqueeze(1) + BIRD_HEIGHT)).to(torch.float32)
-        bird = bird_rows.unsqueeze(2) * self._bird_cols
-        frame = torch.maximum(self._ground_image, pipes.clamp_(max=1.0).mul_(0.6))
-        return torch.maximum(frame, bird)
+        pipe_x = (pipe_offset.unsqueeze(1) + self._pipe_slots).unsqueeze(2)  # (N, P, 1)
+        pipe_cols = ((cols >= pipe_x) & (cols < pipe_x + PIPE_WIDTH)).to(torch.float32)  # (N, P, W)
+        gap_top = gap_tops.unsqueeze(2)
+        pipe_rows = ((rows < gap_top) | (rows >= gap_top + self.gap_size)) & (rows < GROUND_Y)  # (N, P, H)
+        bird_top = bird_y.view(-1, 1, 1)
+        bird_rows = ((rows >= bird_top) & (rows < bird_top + BIRD_HEIGHT)).to(torch.float32)  # (N, 1, H)
+        row_factors = torch.cat((pipe_rows.to(torch.float32).mul_(PIPE_SHADE), bird_rows, self._ground_rows), dim=1)
+        column_factors = torch.cat((pipe_cols, self._bird_cols, self._all_cols), dim=1)
+        return torch.bmm(row_factors.transpose(1, 2), column_factors).clamp_(max=1.0)
 
     def game_score(self) -> Tensor:
         """(N,) score of each env's current episode (after an auto-reset: of the new one)."""

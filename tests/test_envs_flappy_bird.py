@@ -150,3 +150,14 @@ def test_render_looks_like_flappy_bird():
     ground = frame[GROUND_Y + 20 :]
     assert (ground == np.array([222, 216, 149], dtype=np.uint8)).all(axis=2).mean() > 0.9, "sandy ground strip"
     assert (frame[20:100, 100:190] == 255).all(axis=2).any(), "white score digits at the top"
+
+
+def test_pixel_observations_restart_with_the_first_picture_after_a_crash():
+    env = make_vec_env("flappy_bird", 2, seed=0, obs="pixels", frame_stack=3)
+    start = env.reset()
+    for _ in range(19):  # no flaps: the birds hit the ground on step 19
+        obs, _, terminated, _, info = env.step(torch.tensor([NO_FLAP, NO_FLAP]))
+    assert terminated.all()
+    assert torch.equal(obs, start), "a new game starts from the start picture"
+    bird_rows = (info["final_obs"][0, -1] == 1.0).any(dim=1).nonzero().flatten()
+    assert bird_rows.float().mean() > 84 * 0.7, "the final frame shows the bird down at the ground"
