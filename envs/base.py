@@ -180,10 +180,14 @@ class UniformNoise:
         shifts = torch.arange(4, device=device, dtype=torch.int64) * self.FIELD_BITS
         self._shifts = shifts.reshape(4, 1)
 
-    def draw(self, num_fields: int, low: float = 0.0, high: float = 1.0) -> Tensor:
-        """(num_fields, N) float32 values uniform in [low, high)."""
+    def draw(self, num_fields: int, low: float = 0.0, high: float = 1.0, per_env: bool = False) -> Tensor:
+        """(num_fields, N) float32 values uniform in [low, high); (N, num_fields) if per_env."""
         self._bits.random_(generator=self.generator)
-        fields = (self._bits >> self._shifts[:num_fields]).bitwise_and_((1 << self.FIELD_BITS) - 1)
+        if per_env:
+            fields = self._bits.unsqueeze(1) >> self._shifts[:num_fields].t()
+        else:
+            fields = self._bits >> self._shifts[:num_fields]
+        fields.bitwise_and_((1 << self.FIELD_BITS) - 1)
         scale = (high - low) / (1 << self.FIELD_BITS)
         return fields.to(torch.float32).mul_(scale).add_(low)
 

@@ -5,10 +5,12 @@ on a random free cell; running into a wall or into its own body ends the episode
 whole board wins it. An episode is truncated when the snake goes `max_steps_without_food`
 steps without eating (so an agent that circles forever still finishes). Score = food eaten.
 
-How the body is stored: every cell holds how many more steps the body stays on it (0 = free):
-the head's cell holds the length, the tail's 1. Each step every body cell counts down by one
-(unless the snake eats, when the tail stays put) and the new head cell gets the length, so a
-move never shifts the body, and the board is one small integer tensor per env.
+How the body is stored: every cell holds how many more steps the body stays on it (body cells
+count length, length - 1, ... 1 from head to tail; free cells hold 0 or less). Each step the
+whole board counts down by one (unless the snake eats: then the tail stays) and the new head
+cell gets the length, so a move never shifts the body: one subtraction over a small int16
+board per env. Walls hold a count no snake reaches; a new game subtracts more than any count
+from the old board (folded into the next step's subtraction).
 
 Actions (default `action_mode="relative"`): 0 = straight on, 1 = turn left, 2 = turn right.
 With `action_mode="absolute"`: 0 = up, 1 = right, 2 = down, 3 = left (reversing is ignored).
@@ -117,8 +119,10 @@ class SnakeVecEnv(VecEnv):
         self.single_action_space = gymnasium.spaces.Discrete(3 if action_mode == "relative" else 4)
         self._build_tables()
         long = dict(dtype=torch.int64, device=dev)
-        self.board = self._walls.repeat(num_envs, 1)
-        self._board_scratch = torch.empty_like(self.board)
+        self.board = self._maintenance_floor.repeat(num_envs, 1)
+        # Subtracted from the board at the next step: (cells + 1) clears a finished game.
+        self._clear_pending = torch.zeros(num_envs, dtype=torch.int16, device=dev)
+        self._steps_since_maintenance = 0
         self.length = torch.zeros(num_envs, **long)
         self.head = torch.zeros(num_envs, **long)  # board index of the head
         self.heading = torch.zeros(num_envs, **long)
@@ -137,8 +141,11 @@ class SnakeVecEnv(VecEnv):
         count no snake reaches. One more scratch cell takes the writes of crashed snakes.
         """
         dev = self.device
-        self._board_dtype = torch.uint8 if self.num_cells < 255 else torch.int16
-        self._wall = 255 if self._board_dtype == torch.uint8 else 32767
+        self._board_dtype = torch.int16
+        # The board only ever counts down, so every few steps (a Python counter, no sync) walls
+        # are topped up and free cells floored, far from int16's limits either way.
+        self._wall = 30000
+        self._maintenance_period = max(1, 10000 // (self.num_cells + 2))
         self.board_width = self.width + 2
         self._board_size = (self.height + 4) * self.board_width + 1
         self._scratch_cell = self._board_size - 1
@@ -154,17 +161,15 @@ class SnakeVecEnv(VecEnv):
         self._move = torch.tensor(moves, device=dev)
         # Danger probes, per heading: 1 cell straight / left / right, then 2 cells.
         probes = [[moves[h], moves[(h + 3) % 4], moves[(h + 1) % 4], 2 * moves[h], 2 * moves[(h + 3) % 4], 2 * moves[(h + 1) % 4]] for h in range(4)]
-        self._probe_offsets_by_heading = torch.tensor(probes, device=dev).t().contiguous()  # (6, 4)
+        self._probe_offsets = torch.tensor(probes, device=dev)  # (4 headings, 6 probes)
         self._probe_distance = torch.tensor([1, 1, 1, 2, 2, 2], dtype=self._board_dtype, device=dev).unsqueeze(1)
         self._headings = torch.arange(4, device=dev).unsqueeze(1)
-        # Start of every env's board in the flattened (N * board size) tensor.
-        self._env_offsets = torch.arange(self.num_envs, device=dev) * self._board_size
         self._turns = torch.tensor([0, 3, 1], device=dev)  # straight, left (+3 mod 4), right (+1)
         self._start_interior = (self.height // 2) * self.width + self.width // 2
         self._start_cell = int(interior[self._start_interior])
-        walls = torch.full((self._board_size,), self._wall, dtype=self._board_dtype, device=dev)
-        walls[self._interior_to_board] = 0
-        self._walls = walls.unsqueeze(0)
+        floor = torch.full((self._board_size,), self._wall, dtype=self._board_dtype, device=dev)
+        floor[self._interior_to_board] = -10000
+        self._maintenance_floor = floor.unsqueeze(0)
 
     # Positions --------------------------------------------------------------------------------
 
@@ -198,7 +203,8 @@ class SnakeVecEnv(VecEnv):
 
     def field_counts(self) -> Tensor:
         """(N, H, W) body counts on the playing field (0 free, the length at the head)."""
-        return self.board[:, self._interior_to_board].view(self.num_envs, self.height, self.width)
+        counts = self.board[:, self._interior_to_board] - self._clear_pending.unsqueeze(1)
+        return counts.clamp_(min=0).view(self.num_envs, self.height, self.width)
 
     # Game logic -------------------------------------------------------------------------------
 
@@ -209,16 +215,16 @@ class SnakeVecEnv(VecEnv):
         and unrolls to its start length over the first steps; the food goes on one of the
         other cells, uniformly (from `fields[1]`).
         """
-        # Clear the board (a broadcast multiply; masked_fill_ with a broadcast mask is much
-        # slower on a CPU), then put the walls back.
-        self.board.mul_((~starting).to(self._board_dtype).unsqueeze(1))
-        torch.maximum(self.board, self._walls, out=self.board)
-        self.board[:, self._start_cell].masked_fill_(starting, START_LENGTH)
+        # The old snake is cleared by the next step's subtraction (no pass over the board
+        # now); the head's count is raised by the same amount so that it ends up right.
+        clear = self.num_cells + 1
+        self._clear_pending.masked_fill_(starting, clear)
+        self.board[:, self._start_cell].masked_fill_(starting, START_LENGTH + clear)
         self.length.masked_fill_(starting, START_LENGTH)
         self.head.masked_fill_(starting, self._start_cell)
-        random_heading = (fields[0] * 4).to(torch.int64).clamp_(max=3)
+        random_heading = (fields[:, 0] * 4).to(torch.int64).clamp_(max=3)
         torch.where(starting, random_heading, self.heading, out=self.heading)
-        food = (fields[1] * (self.num_cells - 1)).to(torch.int64).clamp_(max=self.num_cells - 2)
+        food = (fields[:, 1] * (self.num_cells - 1)).to(torch.int64).clamp_(max=self.num_cells - 2)
         food += food >= self._start_interior  # every cell but the head's, uniformly
         torch.where(starting, self._interior_to_board.index_select(0, food), self.food, out=self.food)
         self.score.masked_fill_(starting, 0.0)
@@ -234,22 +240,28 @@ class SnakeVecEnv(VecEnv):
 
     def _place_food(self, needs_food: Tensor, uniform: Tensor) -> None:
         """Give a new food to the envs in `needs_food`, on the first free of a few random cells
-        (one per row of `uniform`).
+        (one per column of `uniform`, (N, k)).
 
         Rejection sampling keeps the food uniform over the free cells; when all are taken
         (a nearly full board) the env has no food this step and tries again on the next.
         """
-        interior = (uniform.t() * self.num_cells).to(torch.int64).clamp_(max=self.num_cells - 1)  # (N, k)
-        candidates = self._interior_to_board.take(interior)
-        chosen = self._first_free(candidates, self.board.gather(1, candidates) == 0)
+        interior = (uniform * self.num_cells).to(torch.int64).clamp_(max=self.num_cells - 1)  # (N, k)
+        candidates = self._interior_to_board.index_select(0, interior.view(-1)).view_as(interior)
+        chosen = self._first_free(candidates, self.board.gather(1, candidates) <= 0)
         torch.where(needs_food, chosen, self.food, out=self.food)
+
+    def _maintain_board(self) -> None:
+        self._steps_since_maintenance += 1
+        if self._steps_since_maintenance >= self._maintenance_period:
+            self._steps_since_maintenance = 0
+            torch.maximum(self.board, self._maintenance_floor, out=self.board)
 
     def _reset_all(self) -> Tensor:
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self._start_new_episodes(everyone, self._noise.draw(4))
+        self._start_new_episodes(everyone, self._noise.draw(4, per_env=True))
         if self.obs_mode == "grid":
             return self._grid_obs()
-        return self._vector_obs(self._probe_counts().zero_())
+        return self._vector_obs(torch.zeros(self.num_envs, 6, dtype=self._board_dtype, device=self.device))
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         actions = self._discrete_actions(actions)
@@ -260,20 +272,17 @@ class SnakeVecEnv(VecEnv):
             heading = torch.where(reverse, self.heading, actions)
         new_cell = self.head + self._move.index_select(0, heading)
 
-        # Walls hold a count no snake reaches; the tail (count 1) moves on as the head moves
-        # in, so the tail's own cell is safe.
-        crashed = self.board.gather(1, new_cell.unsqueeze(1)).squeeze(1) > 1
-        eats = (new_cell == self.food) & ~crashed
+        # The board counts down (the tail leaves its cell) unless the snake eats (the food is
+        # never on the body or a wall); then the new head cell must be free.
+        eats = new_cell == self.food
+        countdown = (~eats).to(self._board_dtype).add_(self._clear_pending)
+        self.board.sub_(countdown.unsqueeze(1))
+        self._clear_pending.zero_()
+        self._maintain_board()
+        crashed = self.board.gather(1, new_cell.unsqueeze(1)).squeeze(1) > 0
         alive = ~crashed
-        # Every body cell counts down, except when the snake eats (it grows) or has crashed
-        # (it stays as it died): min(count, 1) is 1 on the body and the walls, 0 elsewhere,
-        # and the walls get it back below.
-        moves_on = (alive & ~eats).to(self._board_dtype).unsqueeze(1)
-        torch.minimum(self.board, moves_on, out=self._board_scratch)
-        self.board.sub_(self._board_scratch)
-        torch.maximum(self.board, self._walls, out=self.board)
         self.length.add_(eats)
-        head_cell = torch.where(alive, new_cell, self._scratch_cell)
+        head_cell = torch.where(alive, new_cell, self._scratch_cell)  # a crashed head stays put
         self.board.scatter_(1, head_cell.unsqueeze(1), self.length.to(self._board_dtype).unsqueeze(1))
         torch.where(alive, new_cell, self.head, out=self.head)
         self.heading = heading
@@ -288,7 +297,7 @@ class SnakeVecEnv(VecEnv):
         reward = torch.where(eats, self.reward_food + self.reward_step, reward)
         self.stats.update(reward, score, done)
 
-        fields = self._noise.draw(4)
+        fields = self._noise.draw(4, per_env=True)
         self._place_food((eats | (self.food < 0)) & ~done, fields)
         if self.obs_mode == "grid":
             final_obs = self._grid_obs()
@@ -303,25 +312,22 @@ class SnakeVecEnv(VecEnv):
         # A finished env did not use `fields` for food above, so its new game can. Nothing is
         # in danger at the start (the head alone in the centre): zero its probes.
         self._start_new_episodes(done, fields)
-        probe_counts.mul_((~done).to(self._board_dtype))
+        probe_counts.mul_((~done).to(self._board_dtype).unsqueeze(1))
         return self._vector_obs(probe_counts), reward, terminated, truncated, {"final_obs": final_obs}
 
     # Observations -----------------------------------------------------------------------------
 
     def _probe_counts(self) -> Tensor:
-        """(6, N) board counts 1 and 2 cells straight ahead, left and right of each head.
-
-        Feature-major (6, N) rather than (N, 6): on a CPU, ops over many short rows are several
-        times slower than the same ops over a few long ones.
-        """
-        probes = self._probe_offsets_by_heading.index_select(1, self.heading).add_(self.head).add_(self._env_offsets)
-        return self.board.view(-1).take(probes)
+        """(N, 6) board counts 1 and 2 cells straight ahead, left and right of each head."""
+        probes = self._probe_offsets.index_select(0, self.heading).add_(self.head.unsqueeze(1))
+        return self.board.gather(1, probes)
 
     def _vector_obs(self, probe_counts: Tensor) -> Tensor:
-        """The 18 features, computed feature-major into one (18, N) buffer, then transposed."""
+        """The 18 features, computed feature-major into one (18, N) buffer, then transposed:
+        on a CPU, ops over many short rows are several times slower than over a few long ones."""
         features = torch.empty(VECTOR_OBS_SIZE, self.num_envs, device=self.device)
         # A probed cell is dangerous if it is still body (or wall) after moving that far.
-        torch.gt(probe_counts, self._probe_distance, out=features[0:6])
+        torch.gt(probe_counts.t(), self._probe_distance, out=features[0:6])
         torch.eq(self.heading, self._headings, out=features[6:10])
         has_food = self.food >= 0
         food = self.food.clamp(min=0)

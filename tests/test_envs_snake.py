@@ -43,7 +43,8 @@ def test_eating_grows_the_snake_and_scores():
     assert env.length.item() == 4 and env.game_score().item() == 1
     food = env.food.item()
     assert food >= 0 and food != env.board_index(6, 7), "a new food appeared elsewhere"
-    assert env.board[0, food].item() == 0, "not on the snake"
+    row, column = env.position(env.food)
+    assert env.field_counts()[0, row, column].item() == 0, "not on the snake"
 
 
 def test_running_into_its_own_body_ends_the_game():
@@ -96,9 +97,10 @@ def test_food_is_never_placed_on_the_snake_and_observations_stay_in_range():
     for _ in range(400):
         obs, reward, *_ = env.step(torch.randint(0, 3, (64,), generator=generator))
         eaten += int((reward > 0).sum())
-        has_food = env.food >= 0
-        under_food = env.board.gather(1, env.food.clamp(min=0).unsqueeze(1)).squeeze(1)
-        assert (under_food[has_food] == 0).all()
+        food_row, food_column = env.position(env.food)
+        has_food = food_row >= 0
+        counts = env.field_counts()[torch.arange(64), food_row.clamp(min=0), food_column.clamp(min=0)]
+        assert (counts[has_food] == 0).all()
         assert obs.shape == (64, 18) and obs.min() >= -1 and obs.max() <= 1
     assert eaten > 50
 
