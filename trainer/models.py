@@ -72,10 +72,21 @@ def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
     return layer
 
 
+class Tanh(nn.Tanh):
+    """tanh. Without autograd on the CPU (the rollout, `predict`) it is computed as
+    2 * sigmoid(2x) - 1, the same function to 2e-7: PyTorch's exact CPU tanh kernel is several
+    times slower than its sigmoid, and the activations are a tenth of a rollout step's cost."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu" or (torch.is_grad_enabled() and x.requires_grad):
+            return torch.tanh(x)
+        return x.mul(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+
+
 def _mlp(in_features: int, hidden: tuple[int, ...], out_features: int, out_gain: float) -> nn.Sequential:
     layers: list[nn.Module] = []
     for size in hidden:
-        layers += [_layer(in_features, size, math.sqrt(2)), nn.Tanh()]
+        layers += [_layer(in_features, size, math.sqrt(2)), Tanh()]
         in_features = size
     layers.append(_layer(in_features, out_features, out_gain))
     return nn.Sequential(*layers)
