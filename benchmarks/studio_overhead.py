@@ -1,8 +1,8 @@
 """Does watching a run in the studio slow the training down?
 
 Trains the same config twice per round: headless (`python -m trainer`) and from the studio
-(`python app.py`, run started through the API) while a headless Chromium tab shows the live view
-(polling every second: status, charts, GIF, log, machine load). Prints the training speed of
+(`python app.py`): a headless Chromium tab pastes the config into the YAML box, presses Start and
+keeps showing the live view (polled every second: status, charts, GIF, log, machine load). Prints the training speed of
 each, as the trainer measures it (steps / training seconds, from metrics.jsonl), and the ratio.
 
     python benchmarks/studio_overhead.py                      # CartPole's tuned config, 2 rounds
@@ -15,8 +15,10 @@ Goal: the studio run keeps at least 90% of the headless speed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -65,10 +67,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_studio(runs_dir: Path) -> tuple[subprocess.Popen, str]:
+def start_studio(runs_dir: Path, poll_seconds: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--runs-dir", str(runs_dir)], cwd=REPO, env=ENV,
+        [sys.executable, "app.py", "--port", str(port), "--runs-dir", str(runs_dir),
+         "--poll-seconds", str(poll_seconds)], cwd=REPO, env=ENV,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -81,21 +84,6 @@ def start_studio(runs_dir: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the studio did not start")
 
 
-def watch_in_browser(url: str, finished: threading.Event, polls: list) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1000})
-        page.goto(url)  # a new tab shows the newest running run and polls it every second
-        while not finished.is_set():
-            points = page.evaluate("""() => { const gd = document.querySelector('#reward-plot .js-plotly-plot');
-                                             return gd && gd._fullData && gd._fullData.length ? gd._fullData[0]._length : 0; }""")
-            polls.append(points)
-            time.sleep(1.0)
-        browser.close()
-
-
 def watch_with_client(url: str, run_id: str, finished: threading.Event, polls: list) -> None:
     from gradio_client import Client
 
@@ -105,37 +93,86 @@ def watch_with_client(url: str, run_id: str, finished: threading.Event, polls: l
         time.sleep(1.0)
 
 
-def run_in_studio(config: dict, settings: dict, runs_dir: Path, browser: bool, clients: int) -> dict:
+def browser_cpu_seconds() -> float:
+    """CPU seconds used so far by the Chromium processes this script started."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in child.name().lower():
+                times = child.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def start_in_page(page, config_text: str) -> str:
+    """Paste the config into the YAML box, load it into the form, press Start: the run id."""
+    page.get_by_text("YAML config", exact=True).click()
+    page.locator("#yaml-box .cm-content").fill(config_text)
+    page.locator("#load-yaml").click()
+    page.wait_for_function("() => document.querySelector('#train-message').innerText.includes('Loaded')")
+    page.locator("#start").click()
+    page.wait_for_function("() => document.querySelector('#train-message').innerText.includes('Started')")
+    return re.search(r"Started (\S+)\.", page.locator("#train-message").inner_text()).group(1)
+
+
+REWARD_POINTS = """() => { const gd = document.querySelector('#reward-plot .js-plotly-plot');
+                          return gd && gd._fullData && gd._fullData.length ? gd._fullData[0]._length : 0; }"""
+
+
+def run_in_studio(config: dict, runs_dir: Path, browser: bool, clients: int, poll_seconds: float) -> dict:
+    """One run started from the studio (in the page when `browser`), watched until it ends."""
     from gradio_client import Client
 
-    process, url = start_studio(runs_dir)
+    process, url = start_studio(runs_dir, poll_seconds)
     try:
-        studio_process = psutil.Process(process.pid)
-        client = Client(url, verbose=False)
-        run_id = client.predict(config["env_name"], {**config, **settings}, api_name="/start")["run_id"]
-        finished, polls, watchers = threading.Event(), [], []
-        if browser:
-            watchers.append(threading.Thread(target=watch_in_browser, args=(url, finished, polls)))
-        for _ in range(clients):
-            watchers.append(threading.Thread(target=watch_with_client, args=(url, run_id, finished, polls)))
-        for watcher in watchers:
-            watcher.start()
-        cpu_before = studio_process.cpu_times()
-        started = time.time()
-        while client.predict(run_id, api_name="/poll")["status"] in ("starting", "running", "stopping"):
-            time.sleep(1.0)
-        seconds = time.time() - started
-        cpu_after = studio_process.cpu_times()
-        finished.set()
-        for watcher in watchers:
-            watcher.join(60)
-        studio_cpu = (cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system) / seconds
+        with contextlib.ExitStack() as stack:
+            client = Client(url, verbose=False)
+            page = None
+            if browser:
+                from playwright.sync_api import sync_playwright
+
+                playwright = stack.enter_context(sync_playwright())
+                chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+                stack.callback(chromium.close)
+                page = chromium.new_page(viewport={"width": 1500, "height": 1000})
+                page.goto(url)
+                page.locator("#start").wait_for()
+            browser_before = browser_cpu_seconds()
+            studio_before = _cpu_seconds(psutil.Process(process.pid))
+            started = time.time()
+            if page is not None:
+                run_id = start_in_page(page, yaml.safe_dump(config, sort_keys=False))
+            else:
+                run_id = client.predict(config["env_name"], config, api_name="/start")["run_id"]
+            finished, polls = threading.Event(), []
+            pollers = [threading.Thread(target=watch_with_client, args=(url, run_id, finished, polls))
+                       for _ in range(clients)]
+            for poller in pollers:
+                poller.start()
+            points = 0
+            while client.predict(run_id, api_name="/poll")["status"] in ("starting", "running", "stopping"):
+                if page is not None:
+                    points = page.evaluate(REWARD_POINTS)
+                time.sleep(1.0)
+            seconds = time.time() - started
+            studio_cpu = (_cpu_seconds(psutil.Process(process.pid)) - studio_before) / seconds
+            browser_cpu = (browser_cpu_seconds() - browser_before) / seconds
+            finished.set()
+            for poller in pollers:
+                poller.join(30)
         speed, steps, elapsed = training_speed(runs_dir / run_id)
         return {"speed": speed, "steps": steps, "elapsed": elapsed, "studio_cpu": studio_cpu,
-                "polls": len(polls), "last_points": polls[-1] if polls else 0}
+                "browser_cpu": browser_cpu, "api_polls": len(polls), "reward_points": points}
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(20)
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def main() -> None:
@@ -145,6 +182,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="rounds (each: headless, then studio)")
     parser.add_argument("--no-browser", action="store_true", help="no Chromium tab watching the run")
     parser.add_argument("--clients", type=int, default=0, help="gradio_client pollers (1 poll/s each)")
+    parser.add_argument("--poll-seconds", type=float, default=1.0, help="the studio's --poll-seconds")
     args = parser.parse_args()
 
     config_path = (REPO / args.config).resolve()
@@ -157,17 +195,20 @@ def main() -> None:
             headless.append(speed)
             print(f"round {round_number} headless: {speed:,.0f} steps/s ({steps:,} steps in {elapsed:.1f} s)",
                   flush=True)
-            result = run_in_studio(config, settings, Path(folder) / f"studio-{round_number}",
-                                   browser=not args.no_browser, clients=args.clients)
+            result = run_in_studio({**config, **settings}, Path(folder) / f"studio-{round_number}",
+                                   browser=not args.no_browser, clients=args.clients,
+                                   poll_seconds=args.poll_seconds)
             studio.append(result["speed"])
             print(f"round {round_number} studio:   {result['speed']:,.0f} steps/s ({result['steps']:,} steps in "
-                  f"{result['elapsed']:.1f} s); studio process used {result['studio_cpu'] * 100:.0f}% of a core; "
-                  f"{result['polls']} watcher polls, reward chart had {result['last_points']} points", flush=True)
+                  f"{result['elapsed']:.1f} s); CPU: studio server {result['studio_cpu'] * 100:.0f}% of a core, "
+                  f"browser {result['browser_cpu'] * 100:.0f}%; reward chart showed {result['reward_points']} points",
+                  flush=True)
     watchers = ("a Chromium tab" if not args.no_browser else "no browser") + (
         f" + {args.clients} API pollers" if args.clients else "")
     headless_speed, studio_speed = statistics.median(headless), statistics.median(studio)
     print()
-    print(f"config {args.config}, {args.total_timesteps:,} steps, {args.repeats} rounds, watched by {watchers}; "
+    print(f"config {args.config}, {args.total_timesteps:,} steps, {args.repeats} rounds, watched by {watchers} "
+          f"(studio polls every {args.poll_seconds:g} s); "
           f"{psutil.cpu_count()} CPU cores")
     print(f"headless : {headless_speed:>10,.0f} steps/s (median)")
     print(f"studio   : {studio_speed:>10,.0f} steps/s (median)")

@@ -12,13 +12,16 @@ Stable API endpoints for `gradio_client` (documented in docs/readme/studio.md):
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 from studio import views
 from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
@@ -41,7 +44,7 @@ from studio.runs import RunError, RunManager, RunSnapshot, safe_run_file
 from studio.system import SystemMonitor, available_devices
 
 DEFAULT_ENV = "cartpole"
-CSV_EVERY_UPDATES = 20  # refresh the metrics.csv download every this many updates (and at the end)
+FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
 DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
 USER_ERRORS = (FormError, ConfigError, RunError)
 
@@ -101,7 +104,7 @@ class RunView:
 
 def _build_run_view(prefix: str, with_log: bool) -> RunView:
     status = gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
-    reward_plot = gr.Plot(reward_figure([]), show_label=False, elem_id=f"{prefix}reward-plot")
+    reward_plot = gr.Plot(_plot(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
         gif = gr.Image(
             label=views.gif_caption(None), type="filepath", interactive=False, height=330,
@@ -110,7 +113,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
         log = None
         if with_log:
             log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
-    diagnostics_plot = gr.Plot(diagnostics_figure([]), show_label=False, elem_id=f"{prefix}diagnostics-plot")
+    diagnostics_plot = gr.Plot(_plot(diagnostics_figure([])), show_label=False, elem_id=f"{prefix}diagnostics-plot")
     with gr.Row():
         downloads = [
             gr.DownloadButton("Final model (.pth)", interactive=False, variant="primary", elem_id=f"{prefix}download-model"),
@@ -178,11 +181,12 @@ class Studio:
     """The page's event functions. Shared state: the RunManager (and a usage sampler)."""
 
     def __init__(self, manager: RunManager, allow_custom_envs: bool = False,
-                 monitor: SystemMonitor | None = None, poll_seconds: float = 1.0):
+                 monitor: SystemMonitor | None = None, poll_seconds: float = 1.0, chart_seconds: float = 2.0):
         self.manager = manager
         self.allow_custom_envs = allow_custom_envs
         self.monitor = monitor or SystemMonitor()
         self.poll_seconds = poll_seconds
+        self.chart_seconds = chart_seconds
         # Evaluation GIFs are the studio's own output, not a run's: they go to a temp folder.
         self.evaluation_dir = Path(tempfile.mkdtemp(prefix="rl-studio-evaluations-"))
 
@@ -220,18 +224,15 @@ class Studio:
         viewed = dict(viewed or {})
 
         def changed(part: str, key: object) -> bool:
-            if viewed.get(part) == key:
-                return False
-            viewed[part] = key
-            return True
+            return changed_value(viewed, part, key)
 
         if run is None:
             updates = [views.status_html(None)]
             empty = changed("charts", None)
-            updates += [reward_figure([]) if empty else gr.skip()]
+            updates += [_plot(reward_figure([])) if empty else gr.skip()]
             updates += [gr.Image(value=None, label=views.gif_caption(None)) if changed("gif", None) else gr.skip()]
             updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
-            updates += [diagnostics_figure([]) if empty else gr.skip()]
+            updates += [_plot(diagnostics_figure([])) if empty else gr.skip()]
             updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
                         for kind in DOWNLOAD_KINDS]
             return updates, viewed
@@ -239,9 +240,14 @@ class Studio:
         sources = [run] + [other for other in overlays if other.run_id != run.run_id]
         chart_key = tuple((source.run_id, len(source.metrics), source.status) for source in sources)
         curves = [CurveSource(source.run_id, source.metrics) for source in sources]
-        charts_changed = changed("charts", chart_key)
+        # Redrawing plotly charts costs the browser more than anything else on the page: at most
+        # every `chart_seconds` while the run trains, and once more when it ends.
+        due = not run.is_active or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
+        charts_changed = due and changed("charts", chart_key)
+        if charts_changed:
+            viewed["charts_at"] = time.time()
         updates: list = [views.status_html(run)]
-        updates.append(reward_figure(curves) if charts_changed else gr.skip())
+        updates.append(_plot(reward_figure(curves)) if charts_changed else gr.skip())
 
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
@@ -252,10 +258,15 @@ class Studio:
         if with_log:
             updates.append(views.log_html(views.log_text(run)) if changed("log", views.log_identity(run))
                            else gr.skip())
-        updates.append(diagnostics_figure(curves) if charts_changed else gr.skip())
+        updates.append(_plot(diagnostics_figure(curves)) if charts_changed else gr.skip())
 
-        csv_key = (run.run_id, len(run.metrics) // CSV_EVERY_UPDATES, run.is_active)
-        files = self._run_files(run, write_csv=changed("csv", csv_key))
+        # Each changed file handed to a download button is copied into Gradio's cache: while the
+        # run trains, refresh them at most every FILES_SECONDS; at the end, at once.
+        files_due = not run.is_active or time.time() - viewed.get("files_at", 0.0) >= FILES_SECONDS
+        if not files_due:
+            return updates + [gr.skip()] * len(DOWNLOAD_KINDS), viewed
+        viewed["files_at"] = time.time()
+        files = self._run_files(run, write_csv=changed("csv", (run.run_id, len(run.metrics), run.is_active)))
         for kind in DOWNLOAD_KINDS:
             path = files[kind]
             key = (path, _file_identity(path))
@@ -271,9 +282,10 @@ class Studio:
         updates, viewed = self.render_run(run, [], viewed, with_log=True)
         active = run is not None and run.is_active
         can_stop = active and run.status != "stopping"
-        stop_button = gr.skip() if viewed.get("can_stop") == can_stop else gr.Button(interactive=can_stop)
-        viewed["can_stop"] = can_stop
-        usage = system_figure(self.monitor.sample())
+        stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
+        samples = self.monitor.sample()  # a new reading at most every few seconds, shared by all tabs
+        new_sample = bool(samples) and changed_value(viewed, "usage_at", samples[-1].time)
+        usage = _plot(system_figure(samples)) if new_sample else gr.skip()
         timer = gr.skip() if active else gr.Timer(active=False)
         return (*updates, usage, stop_button, timer, viewed)
 
@@ -517,6 +529,19 @@ def merged_settings(base: dict, settings: dict) -> dict:
     return raw
 
 
+def _plot(figure: dict) -> PlotData:
+    """A plotly-JSON figure dict, ready for gr.Plot without building a plotly Figure."""
+    return PlotData(type="plotly", plot=json.dumps(figure))
+
+
+def changed_value(viewed: dict, part: str, key: object) -> bool:
+    """True (and remembered in `viewed`) when `key` differs from what this session last showed."""
+    if viewed.get(part) == key:
+        return False
+    viewed[part] = key
+    return True
+
+
 def _file_identity(path: str | None) -> tuple | None:
     if path is None:
         return None
@@ -594,7 +619,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         # input of every tick, so each tab can follow a different run.
                         run_box = gr.Textbox(visible=False, elem_id="run-id")
                         live = _build_run_view("", with_log=True)
-                        system_plot = gr.Plot(system_figure([]), show_label=False, elem_id="system-plot")
+                        system_plot = gr.Plot(_plot(system_figure([])), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
             with gr.Tab("Runs", id="runs") as runs_tab:
                 with gr.Row():

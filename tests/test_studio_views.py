@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plotly.graph_objects import Figure
 
 from studio import views
 from studio.charts import (
@@ -78,7 +79,7 @@ def test_downsample_keeps_the_last_point():
 
 
 def test_reward_figure_has_raw_and_smoothed_curves_skipping_missing_returns():
-    figure = reward_figure([CurveSource("run", metrics_events(20))])
+    figure = Figure(reward_figure([CurveSource("run", metrics_events(20))]))
     raw, smoothed = figure.data
     assert len(raw.x) == 19  # the first update had no finished episode
     assert list(raw.y[:3]) == [2.0, 3.0, 4.0]
@@ -87,24 +88,24 @@ def test_reward_figure_has_raw_and_smoothed_curves_skipping_missing_returns():
 
 
 def test_overlay_draws_one_pair_of_curves_per_run_with_run_names():
-    figure = reward_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))])
+    figure = Figure(reward_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))]))
     assert len(figure.data) == 4
     assert {trace.name for trace in figure.data if trace.showlegend is not False} >= {"run-a", "run-b"}
-    diagnostics = diagnostics_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))])
+    diagnostics = Figure(diagnostics_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))]))
     titles = [annotation.text for annotation in diagnostics.layout.annotations]
     assert {"Episode length", "Game score", "Policy loss", "Value loss", "Entropy", "Approx. KL", "Steps / s"} <= set(titles)
     assert len(diagnostics.data) == 2 * 8
 
 
 def test_empty_figures_say_what_they_wait_for():
-    assert "Waiting" in reward_figure([CurveSource("run", [])]).layout.annotations[0].text
-    assert "Waiting" in diagnostics_figure([]).layout.annotations[-1].text
+    assert "Waiting" in Figure(reward_figure([CurveSource("run", [])])).layout.annotations[0].text
+    assert "Waiting" in Figure(diagnostics_figure([])).layout.annotations[-1].text
 
 
 def test_system_figure_shows_gpu_lines_only_when_there_is_a_gpu():
-    cpu_only = system_figure([UsageSample(1.0, 50.0, 30.0), UsageSample(2.0, 60.0, 31.0)])
+    cpu_only = Figure(system_figure([UsageSample(1.0, 50.0, 30.0), UsageSample(2.0, 60.0, 31.0)]))
     assert [trace.name for trace in cpu_only.data] == ["CPU", "RAM"]
-    with_gpu = system_figure([UsageSample(1.0, 50.0, 30.0, 90.0, 40.0)])
+    with_gpu = Figure(system_figure([UsageSample(1.0, 50.0, 30.0, 90.0, 40.0)]))
     assert [trace.name for trace in with_gpu.data] == ["CPU", "RAM", "GPU", "GPU memory"]
 
 
