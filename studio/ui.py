@@ -66,7 +66,7 @@ CSS = """
 .badge.failed, .badge.interrupted {background: #fee2e2; color: #991b1b}
 .run-status .progress {height: 8px; margin-top: 8px; background: #e5e7eb; border-radius: 999px; overflow: hidden}
 .run-status .progress-fill {height: 100%; background: linear-gradient(90deg, #2563eb, #16a34a);
-  transition: width 0.6s ease}
+}
 .run-status .run-error {margin-top: 8px; color: #991b1b; font-weight: 600}
 .run-status .run-traceback {margin-top: 6px; max-height: 220px; overflow: auto; font-size: 0.8em;
   background: #fef2f2; padding: 8px; border-radius: 6px}
@@ -628,7 +628,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                                 "compare their curves.")
                 runs_table = gr.Dataframe(headers=views.RUNS_TABLE_HEADERS, interactive=False, wrap=True,
                                           max_height=360, elem_id="runs-table")
-                with gr.Row(equal_height=True):
+                with gr.Row(equal_height=False):
                     run_picker = gr.Dropdown([], label="Selected run", scale=3, elem_id="run-picker")
                     open_button = gr.Button("Open in live view", scale=1)
                     resume_button = gr.Button("Resume", scale=1, elem_id="resume")
@@ -700,6 +700,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
 
         # ---- Evaluate tab
         eval_run.change(studio.model_files, eval_run, eval_file, **private)
+        eval_run.input(lambda: "run", None, eval_source, **private)
+        eval_upload.upload(lambda: "upload", None, eval_source, **private)
         eval_button.click(studio.on_evaluate,
                           [eval_source, eval_run, eval_file, eval_upload, eval_episodes, eval_deterministic],
                           [eval_message, eval_gif], **private)

@@ -110,7 +110,7 @@ def gif_caption(gif: GifInfo | None) -> str:
     return "Rollout at " + " · ".join(facts)
 
 
-def log_text(run: RunSnapshot, lines: int = 200, max_bytes: int = 64_000) -> str:
+def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
     """The last lines of the run's train.log (the trainer's own log), else of its log events."""
     path = Path(run.run_dir) / "train.log"
     try:
