@@ -141,3 +141,19 @@ def test_listening_beyond_localhost_without_auth_warns(monkeypatch):
     result = subprocess.run([sys.executable, str(REPO / "app.py"), "--auth", "nopassword"],
                             capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 2 and "--auth expects user:password" in result.stderr
+
+
+def test_with_auth_nothing_is_served_before_logging_in(tmp_path):
+    runs_dir = tmp_path / "runs"
+    note = runs_dir / "some-run" / "config.yaml"
+    note.parent.mkdir(parents=True)
+    note.write_text("env_name: cartpole\n")
+    server = start_studio(runs_dir, tmp_path / "auth.log", "--auth", "alice:secret")
+    try:
+        assert http_status(server.url + "/gradio_api/file=" + str(note)) in (401, 403)
+        with pytest.raises(Exception):
+            Client(server.url, verbose=False).predict(api_name="/runs")
+        rows = Client(server.url, auth=("alice", "secret"), verbose=False).predict(api_name="/runs")
+        assert [row["run"] for row in rows] == ["some-run"]
+    finally:
+        server.stop()
