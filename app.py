@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -70,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_like_ctrl_c(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -81,6 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+    # SIGTERM (docker stop, systemd, kill) ends the studio like Ctrl-C does: running trainers are
+    # asked to stop and save their models before the studio exits.
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
 
     # Imported here, not at the top: spawned trainer processes re-import __main__, and must not
     # pay for (or start) gradio.
