@@ -5,12 +5,13 @@ on a random free cell; running into a wall or into its own body ends the episode
 whole board wins it. An episode is truncated when the snake goes `max_steps_without_food`
 steps without eating (so an agent that circles forever still finishes). Score = food eaten.
 
-How the body is stored: every cell holds how many more steps the body stays on it (body cells
-count length, length - 1, ... 1 from head to tail; free cells hold 0 or less). Each step the
-whole board counts down by one (unless the snake eats: then the tail stays) and the new head
-cell gets the length, so a move never shifts the body: one subtraction over a small int16
-board per env. Walls hold a count no snake reaches; a new game subtracts more than any count
-from the old board (folded into the next step's subtraction).
+How the body is stored: every env has a clock, and every cell holds the clock time until which
+the body stays on it (a cell is taken while its time is later than the env's clock). Each step
+the clock ticks by one (unless the snake eats: then the tail stays) and the new head cell gets
+clock + length, so a move touches one clock and one cell per env, never the whole board. Walls
+hold a time no clock reaches; a new game jumps the clock past every time on the old board.
+Every few hundred steps (a Python counter: no host sync) the board is rebased to clock 0 so
+that the small int16 times never overflow.
 
 Actions (default `action_mode="relative"`): 0 = straight on, 1 = turn left, 2 = turn right.
 With `action_mode="absolute"`: 0 = up, 1 = right, 2 = down, 3 = left (reversing is ignored).
@@ -44,6 +45,9 @@ ROW_STEP = (-1, 0, 1, 0)  # row change per heading
 COLUMN_STEP = (0, 1, 0, -1)  # column change per heading
 START_LENGTH = 3
 VECTOR_OBS_SIZE = 18
+FIELD_BITS = UniformNoise.FIELD_BITS  # random bits per uniform draw
+FOOD_TRIES = 4  # random cells tried per step for a new food
+WALL_ROWS = 2  # rows of wall above and below the playing field
 
 
 def _finite(name: str, value) -> float:
@@ -119,17 +123,20 @@ class SnakeVecEnv(VecEnv):
         self.single_action_space = gymnasium.spaces.Discrete(3 if action_mode == "relative" else 4)
         self._build_tables()
         long = dict(dtype=torch.int64, device=dev)
-        self.board = self._maintenance_floor.repeat(num_envs, 1)
-        # Subtracted from the board at the next step: (cells + 1) clears a finished game.
-        self._clear_pending = torch.zeros(num_envs, dtype=torch.int16, device=dev)
-        self._steps_since_maintenance = 0
+        self.board = self._empty_board.repeat(num_envs, 1)
+        self.clock = torch.zeros(num_envs, dtype=self._board_dtype, device=dev)
+        self._steps_since_rebase = 0
         self.length = torch.zeros(num_envs, **long)
         self.head = torch.zeros(num_envs, **long)  # board index of the head
         self.heading = torch.zeros(num_envs, **long)
         self.food = torch.zeros(num_envs, **long)  # board index of the food, -1 while none found
         self.score = torch.zeros(num_envs, device=dev)
         self.steps_without_food = torch.zeros(num_envs, device=dev)
-        self._noise = UniformNoise(num_envs, self.generator, dev)
+        # Start of each env's row in the flattened board, and of its scratch cell.
+        self._env_base = torch.arange(num_envs, **long) * self._board_size
+        self._env_scratch = self._env_base + self._scratch_cell
+        self._env_start = self._env_base + self._start_cell
+        self._random_bits = torch.empty(num_envs, **long)
         self.reset()
 
     def _build_tables(self) -> None:
@@ -138,38 +145,90 @@ class SnakeVecEnv(VecEnv):
         The board has 2 rows of wall above and below the playing field and 1 column left and
         right (a step left of column 0 lands on the previous row's right wall), so a probe 2
         cells ahead never leaves the tensor and walls need no bounds checks: a wall holds a
-        count no snake reaches. One more scratch cell takes the writes of crashed snakes.
+        time no clock reaches. One more scratch cell takes the writes of crashed snakes.
         """
         dev = self.device
-        self._board_dtype = torch.int16
-        # The board only ever counts down, so every few steps (a Python counter, no sync) walls
-        # are topped up and free cells floored, far from int16's limits either way.
-        self._wall = 30000
-        self._maintenance_period = max(1, 10000 // (self.num_cells + 2))
-        self.board_width = self.width + 2
-        self._board_size = (self.height + 4) * self.board_width + 1
+        height, width, cells = self.height, self.width, self.num_cells
+        # A clock grows by at most cells + 2 per step (one step plus a new game); every
+        # `_rebase_period` steps (a Python counter: no sync) the board is rebased to clock 0.
+        # int16 halves the memory the probes read, as long as rebasing stays rare.
+        wall16 = torch.iinfo(torch.int16).max
+        period16 = (wall16 - 2 * cells - 16) // (cells + 2)
+        self._board_dtype = torch.int16 if period16 >= 64 else torch.int32
+        self._wall = wall16 if self._board_dtype == torch.int16 else torch.iinfo(torch.int32).max
+        self._rebase_period = (self._wall - 2 * cells - 16) // (cells + 2)
+        self.board_width = width + 2
+        self._board_size = (height + 2 * WALL_ROWS) * self.board_width + 1
         self._scratch_cell = self._board_size - 1
-        rows, columns = np.divmod(np.arange(self.num_cells), self.width)
-        interior = (rows + 2) * self.board_width + columns + 1
+        rows, columns = np.divmod(np.arange(cells), width)
+        interior = (rows + WALL_ROWS) * self.board_width + columns + 1
         self._interior_to_board = torch.as_tensor(interior, device=dev)
         row_of = np.full(self._board_size, -1)
         column_of = np.full(self._board_size, -1)
         row_of[interior], column_of[interior] = rows, columns
         self._row_of = torch.as_tensor(row_of, dtype=torch.float32, device=dev)
         self._column_of = torch.as_tensor(column_of, dtype=torch.float32, device=dev)
-        moves = [ROW_STEP[h] * self.board_width + COLUMN_STEP[h] for h in range(4)]
-        self._move = torch.tensor(moves, device=dev)
-        # Danger probes, per heading: 1 cell straight / left / right, then 2 cells.
-        probes = [[moves[h], moves[(h + 3) % 4], moves[(h + 1) % 4], 2 * moves[h], 2 * moves[(h + 3) % 4], 2 * moves[(h + 1) % 4]] for h in range(4)]
-        self._probe_offsets = torch.tensor(probes, device=dev)  # (4 headings, 6 probes)
-        self._probe_distance = torch.tensor([1, 1, 1, 2, 2, 2], dtype=self._board_dtype, device=dev).unsqueeze(1)
-        self._headings = torch.arange(4, device=dev).unsqueeze(1)
-        self._turns = torch.tensor([0, 3, 1], device=dev)  # straight, left (+3 mod 4), right (+1)
-        self._start_interior = (self.height // 2) * self.width + self.width // 2
+        empty = torch.full((self._board_size,), self._wall, dtype=self._board_dtype, device=dev)
+        empty[self._interior_to_board] = 0
+        self._empty_board = empty.unsqueeze(0)
+        self._start_interior = (height // 2) * width + width // 2
         self._start_cell = int(interior[self._start_interior])
-        floor = torch.full((self._board_size,), self._wall, dtype=self._board_dtype, device=dev)
-        floor[self._interior_to_board] = -10000
-        self._maintenance_floor = floor.unsqueeze(0)
+
+        # Per (heading, action): the new heading and the move to the new head cell.
+        moves = [ROW_STEP[h] * self.board_width + COLUMN_STEP[h] for h in range(4)]
+        self._actions_per_heading = 3 if self.action_mode == "relative" else 4
+        new_headings = []
+        for h in range(4):
+            for action in range(self._actions_per_heading):
+                if self.action_mode == "relative":
+                    new_headings.append((h + (0, 3, 1)[action]) % 4)  # straight, left, right
+                else:
+                    new_headings.append(h if action == (h + 2) % 4 else action)  # reversing is ignored
+        self._new_heading = torch.tensor(new_headings, device=dev)
+        self._move_of = torch.tensor([moves[h] for h in new_headings], device=dev)
+        # Danger probes per heading: 1 cell straight / left / right, then 2 cells. Kept probe-major
+        # ((6, N) in the step): on a CPU, ops over a few long rows beat ops over many short ones.
+        probes = []
+        for h in range(4):
+            left, right = moves[(h + 3) % 4], moves[(h + 1) % 4]
+            probes.append([moves[h], left, right, 2 * moves[h], 2 * left, 2 * right])
+        self._probe_offsets = torch.tensor(probes, device=dev).t().contiguous()  # (6 probes, 4 headings)
+        # A probed cell is dangerous if it is still taken after moving that far.
+        self._probe_margin = torch.tensor([1, 1, 1, 2, 2, 2], dtype=self._board_dtype, device=dev).unsqueeze(1)
+        self._danger_bit = (1 << torch.arange(6, device=dev)).to(torch.uint8).unsqueeze(1)
+
+        # 15-bit random fields -> a food candidate cell / a start food, exactly as
+        # `int(uniform * n)` with uniform = field / 2**15 in float32.
+        uniform = torch.arange(1 << FIELD_BITS, device=dev).to(torch.float32).mul_(1.0 / (1 << FIELD_BITS))
+        candidate = (uniform * cells).to(torch.int64).clamp_(max=cells - 1)
+        self._candidate_of_field = self._interior_to_board.index_select(0, candidate)
+        start_food = (uniform * (cells - 1)).to(torch.int64).clamp_(max=cells - 2)
+        start_food = start_food + (start_food >= self._start_interior)  # every cell but the head's
+        self._start_food_of_field = self._interior_to_board.index_select(0, start_food)
+        self._field_shifts = (torch.arange(FOOD_TRIES, device=dev) * FIELD_BITS).unsqueeze(1)
+
+        # The vector observation from two table rows: (danger flags, heading) -> features 0-9
+        # and (food row - head row, food column - head column) -> features 10-15 (16 and 17,
+        # length and hunger, are divided out). A cell's code is row * (2W - 1) + column, so the
+        # difference of two codes names the pair of differences.
+        danger_part = ((torch.arange(64, device=dev).unsqueeze(1) >> torch.arange(6, device=dev)) & 1).to(torch.float32)
+        code_of = np.zeros(self._board_size, dtype=np.int64)
+        code_of[interior] = rows * (2 * width - 1) + columns
+        self._code_of = torch.as_tensor(code_of, device=dev)
+        self._delta_codes = (2 * height - 1) * (2 * width - 1)
+        self._zero_delta_code = (height - 1) * (2 * width - 1) + width - 1
+        row_delta = torch.arange(-(height - 1), height, device=dev, dtype=torch.float32).repeat_interleave(2 * width - 1)
+        column_delta = torch.arange(-(width - 1), width, device=dev, dtype=torch.float32).repeat(2 * height - 1)
+        food_part = torch.stack((row_delta < 0, column_delta > 0, row_delta > 0, column_delta < 0), dim=1).to(torch.float32)
+        food_part = torch.cat((food_part, torch.div(column_delta, width).unsqueeze(1), torch.div(row_delta, height).unsqueeze(1)), dim=1)
+        # (danger, heading) rows and food rows: 18 columns each, zero outside their features.
+        danger_heading = torch.zeros(64, 4, VECTOR_OBS_SIZE, device=dev)
+        danger_heading[:, :, 0:6] = danger_part.unsqueeze(1)
+        danger_heading[:, :, 6:10] = torch.eye(4, device=dev)
+        food_rows = torch.zeros(self._delta_codes, VECTOR_OBS_SIZE, device=dev)
+        food_rows[:, 10:16] = food_part
+        self._danger_heading_table = danger_heading.view(-1, VECTOR_OBS_SIZE)
+        self._food_table = food_rows
 
     # Positions --------------------------------------------------------------------------------
 
@@ -194,7 +253,7 @@ class SnakeVecEnv(VecEnv):
         """The board index of a cell of the playing field."""
         if not (0 <= row < self.height and 0 <= column < self.width):
             raise EnvConfigError(f"cell ({row}, {column}) is outside the {self.height} x {self.width} board")
-        return (row + 2) * self.board_width + column + 1
+        return (row + WALL_ROWS) * self.board_width + column + 1
 
     def set_food(self, row: int, column: int, index: int | None = None) -> None:
         """Put the food of env `index` (all envs if None) on a cell (for scripted scenes)."""
@@ -203,87 +262,71 @@ class SnakeVecEnv(VecEnv):
 
     def field_counts(self) -> Tensor:
         """(N, H, W) body counts on the playing field (0 free, the length at the head)."""
-        counts = self.board[:, self._interior_to_board] - self._clear_pending.unsqueeze(1)
+        counts = self.board[:, self._interior_to_board] - self.clock.unsqueeze(1)
         return counts.clamp_(min=0).view(self.num_envs, self.height, self.width)
 
     # Game logic -------------------------------------------------------------------------------
 
+    def _draw_fields(self) -> Tensor:
+        """(4, N) random 15-bit integers per env, from one 64-bit draw per env (the same
+        stream as `UniformNoise.draw(4, per_env=True)`, whose uniforms are field / 2**15)."""
+        self._random_bits.random_(generator=self.generator)
+        return (self._random_bits.unsqueeze(0) >> self._field_shifts).bitwise_and_((1 << FIELD_BITS) - 1)
+
     def _start_new_episodes(self, starting: Tensor, fields: Tensor) -> None:
         """Put the envs where `starting` is true at the start of a new game, in place.
 
-        The snake starts as its head in the centre, heading a random way (from `fields[0]`),
-        and unrolls to its start length over the first steps; the food goes on one of the
-        other cells, uniformly (from `fields[1]`).
+        The snake starts as its head in the centre, heading a random way (from field 0), and
+        unrolls to its start length over the first steps; the food goes on one of the other
+        cells, uniformly (from field 1).
         """
-        # The old snake is cleared by the next step's subtraction (no pass over the board
-        # now); the head's count is raised by the same amount so that it ends up right.
-        clear = self.num_cells + 1
-        self._clear_pending.masked_fill_(starting, clear)
-        self.board[:, self._start_cell].masked_fill_(starting, START_LENGTH + clear)
+        # Jumping the clock past every time on the board frees the old snake's cells at once.
+        self.clock.add_(starting.to(self._board_dtype).mul_(self.num_cells + 1))
+        start_cell = torch.where(starting, self._env_start, self._env_scratch)
+        self.board.view(-1).index_copy_(0, start_cell, self.clock + START_LENGTH)
         self.length.masked_fill_(starting, START_LENGTH)
         self.head.masked_fill_(starting, self._start_cell)
-        random_heading = (fields[:, 0] * 4).to(torch.int64).clamp_(max=3)
-        torch.where(starting, random_heading, self.heading, out=self.heading)
-        food = (fields[:, 1] * (self.num_cells - 1)).to(torch.int64).clamp_(max=self.num_cells - 2)
-        food += food >= self._start_interior  # every cell but the head's, uniformly
-        torch.where(starting, self._interior_to_board.index_select(0, food), self.food, out=self.food)
+        torch.where(starting, fields[0] >> (FIELD_BITS - 2), self.heading, out=self.heading)
+        torch.where(starting, self._start_food_of_field.index_select(0, fields[1]), self.food, out=self.food)
         self.score.masked_fill_(starting, 0.0)
         self.steps_without_food.masked_fill_(starting, 0.0)
 
-    @staticmethod
-    def _first_free(candidates: Tensor, free: Tensor) -> Tensor:
-        """(N,) the first free candidate of each env, -1 when none is free."""
-        chosen = torch.full_like(candidates[:, 0], -1)
-        for column in reversed(range(candidates.shape[1])):  # a handful of candidates, not envs
-            chosen = torch.where(free[:, column], candidates[:, column], chosen)
-        return chosen
-
-    def _place_food(self, needs_food: Tensor, uniform: Tensor) -> None:
-        """Give a new food to the envs in `needs_food`, on the first free of a few random cells
-        (one per column of `uniform`, (N, k)).
-
-        Rejection sampling keeps the food uniform over the free cells; when all are taken
-        (a nearly full board) the env has no food this step and tries again on the next.
-        """
-        interior = (uniform * self.num_cells).to(torch.int64).clamp_(max=self.num_cells - 1)  # (N, k)
-        candidates = self._interior_to_board.index_select(0, interior.view(-1)).view_as(interior)
-        chosen = self._first_free(candidates, self.board.gather(1, candidates) <= 0)
-        torch.where(needs_food, chosen, self.food, out=self.food)
-
-    def _maintain_board(self) -> None:
-        self._steps_since_maintenance += 1
-        if self._steps_since_maintenance >= self._maintenance_period:
-            self._steps_since_maintenance = 0
-            torch.maximum(self.board, self._maintenance_floor, out=self.board)
+    def _rebase_board(self) -> None:
+        self._steps_since_rebase += 1
+        if self._steps_since_rebase >= self._rebase_period:
+            self._steps_since_rebase = 0
+            self.board.sub_(self.clock.unsqueeze(1))
+            torch.maximum(self.board, self._empty_board, out=self.board)
+            self.clock.zero_()
 
     def _reset_all(self) -> Tensor:
+        self.board.copy_(self._empty_board.expand_as(self.board))
+        self.clock.zero_()
+        self._steps_since_rebase = 0
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self._start_new_episodes(everyone, self._noise.draw(4, per_env=True))
+        self._start_new_episodes(everyone, self._draw_fields())
         if self.obs_mode == "grid":
             return self._grid_obs()
-        return self._vector_obs(torch.zeros(self.num_envs, 6, dtype=self._board_dtype, device=self.device))
+        return self._vector_obs(torch.zeros(self.num_envs, dtype=torch.int64, device=self.device))
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         actions = self._discrete_actions(actions)
-        if self.action_mode == "relative":
-            heading = (self.heading + self._turns.index_select(0, actions)).bitwise_and_(3)
-        else:
-            reverse = actions == (self.heading + 2).bitwise_and_(3)
-            heading = torch.where(reverse, self.heading, actions)
-        new_cell = self.head + self._move.index_select(0, heading)
+        self._rebase_board()
+        board = self.board.view(-1)
+        move = self.heading * self._actions_per_heading + actions
+        heading = self._new_heading.index_select(0, move)
+        new_cell = self.head + self._move_of.index_select(0, move)
+        new_cell_read = new_cell + self._env_base
 
-        # The board counts down (the tail leaves its cell) unless the snake eats (the food is
-        # never on the body or a wall); then the new head cell must be free.
+        # The clock ticks (the tail leaves its cell) unless the snake eats (the food is never
+        # on the body or a wall); then the new head cell must be free.
         eats = new_cell == self.food
-        countdown = (~eats).to(self._board_dtype).add_(self._clear_pending)
-        self.board.sub_(countdown.unsqueeze(1))
-        self._clear_pending.zero_()
-        self._maintain_board()
-        crashed = self.board.gather(1, new_cell.unsqueeze(1)).squeeze(1) > 0
-        alive = ~crashed
+        self.clock.add_(eats.logical_not())
+        crashed = board.index_select(0, new_cell_read) > self.clock
+        alive = crashed.logical_not()
         self.length.add_(eats)
-        head_cell = torch.where(alive, new_cell, self._scratch_cell)  # a crashed head stays put
-        self.board.scatter_(1, head_cell.unsqueeze(1), self.length.to(self._board_dtype).unsqueeze(1))
+        head_write = torch.where(alive, new_cell_read, self._env_scratch)  # a crashed head stays put
+        board.index_copy_(0, head_write, self.length.to(self._board_dtype).add_(self.clock))
         torch.where(alive, new_cell, self.head, out=self.head)
         self.heading = heading
         score = self.score.add_(eats)
@@ -297,7 +340,7 @@ class SnakeVecEnv(VecEnv):
         reward = torch.where(eats, self.reward_food + self.reward_step, reward)
         self.stats.update(reward, score, done)
 
-        fields = self._noise.draw(4, per_env=True)
+        fields = self._draw_fields()
         self._place_food((eats | (self.food < 0)) & ~done, fields)
         if self.obs_mode == "grid":
             final_obs = self._grid_obs()
@@ -305,43 +348,55 @@ class SnakeVecEnv(VecEnv):
                 self._start_new_episodes(done, fields)
                 return self._grid_obs(), reward, terminated, truncated, {"final_obs": final_obs}
             return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
-        probe_counts = self._probe_counts()
-        final_obs = self._vector_obs(probe_counts)
+        danger = self._danger_code()
+        final_obs = self._vector_obs(danger)
         if not self.auto_reset:
             return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
         # A finished env did not use `fields` for food above, so its new game can. Nothing is
-        # in danger at the start (the head alone in the centre): zero its probes.
+        # in danger at the start (the head alone in the centre): code 0.
         self._start_new_episodes(done, fields)
-        probe_counts.mul_((~done).to(self._board_dtype).unsqueeze(1))
-        return self._vector_obs(probe_counts), reward, terminated, truncated, {"final_obs": final_obs}
+        return self._vector_obs(danger.masked_fill_(done, 0)), reward, terminated, truncated, {"final_obs": final_obs}
+
+    def _place_food(self, needs_food: Tensor, fields: Tensor) -> None:
+        """Give a new food to the envs in `needs_food`, on the first free of a few random cells
+        (one per field).
+
+        Rejection sampling keeps the food uniform over the free cells; when all are taken
+        (a nearly full board) the env has no food this step and tries again on the next.
+        """
+        candidates = self._candidate_of_field.index_select(0, fields.view(-1)).view_as(fields)
+        reads = candidates + self._env_base
+        free = self.board.view(-1).index_select(0, reads.view(-1)).view_as(reads) <= self.clock
+        chosen = torch.where(free[FOOD_TRIES - 1], candidates[FOOD_TRIES - 1], -1)
+        for attempt in reversed(range(FOOD_TRIES - 1)):  # a handful of candidates, not envs
+            chosen = torch.where(free[attempt], candidates[attempt], chosen)
+        torch.where(needs_food, chosen, self.food, out=self.food)
 
     # Observations -----------------------------------------------------------------------------
 
-    def _probe_counts(self) -> Tensor:
-        """(N, 6) board counts 1 and 2 cells straight ahead, left and right of each head."""
-        probes = self._probe_offsets.index_select(0, self.heading).add_(self.head.unsqueeze(1))
-        return self.board.gather(1, probes)
+    def _danger_code(self) -> Tensor:
+        """(N,) int64 in 0..63: bit k set if probe k (1 cell straight / left / right of the
+        head, then 2 cells) is dangerous."""
+        reads = torch.empty(6, self.num_envs, dtype=torch.int64, device=self.device)
+        for probe in range(6):
+            torch.index_select(self._probe_offsets[probe], 0, self.heading, out=reads[probe])
+        reads += self.head + self._env_base
+        counts = self.board.view(-1).index_select(0, reads.view(-1)).view_as(reads)
+        dangerous = (counts > self.clock + self._probe_margin).to(torch.uint8)
+        return dangerous.mul_(self._danger_bit).sum(0, dtype=torch.int64)
 
-    def _vector_obs(self, probe_counts: Tensor) -> Tensor:
-        """The 18 features, computed feature-major into one (18, N) buffer, then transposed:
-        on a CPU, ops over many short rows are several times slower than over a few long ones."""
-        features = torch.empty(VECTOR_OBS_SIZE, self.num_envs, device=self.device)
-        # A probed cell is dangerous if it is still body (or wall) after moving that far.
-        torch.gt(probe_counts.t(), self._probe_distance, out=features[0:6])
-        torch.eq(self.heading, self._headings, out=features[6:10])
-        has_food = self.food >= 0
-        food = self.food.clamp(min=0)
-        row_delta = (self._row_of.index_select(0, food) - self._row_of.index_select(0, self.head)).mul_(has_food)
-        column_delta = (self._column_of.index_select(0, food) - self._column_of.index_select(0, self.head)).mul_(has_food)
-        torch.lt(row_delta, 0, out=features[10])
-        torch.gt(column_delta, 0, out=features[11])
-        torch.gt(row_delta, 0, out=features[12])
-        torch.lt(column_delta, 0, out=features[13])
-        torch.div(column_delta, self.width, out=features[14])
-        torch.div(row_delta, self.height, out=features[15])
-        torch.div(self.length, self.num_cells, out=features[16])
-        torch.div(self.steps_without_food, self.max_steps_without_food, out=features[17])
-        return features.t().contiguous()
+    def _vector_obs(self, danger: Tensor) -> Tensor:
+        """The 18 features: 0-15 from one table row (danger code, heading, food minus head),
+        16-17 (length, hunger) divided out."""
+        food_or_head = torch.where(self.food >= 0, self.food, self.head)  # no food: no direction
+        delta = self._code_of.index_select(0, food_or_head).sub_(self._code_of.index_select(0, self.head))
+        delta += self._zero_delta_code
+        # The two rows fill different columns (zeros elsewhere), so their sum is exact.
+        obs = self._danger_heading_table.index_select(0, danger.mul(4).add_(self.heading))
+        obs.add_(self._food_table.index_select(0, delta))
+        torch.div(self.length, self.num_cells, out=obs[:, 16])
+        torch.div(self.steps_without_food, self.max_steps_without_food, out=obs[:, 17])
+        return obs
 
     def _grid_obs(self) -> Tensor:
         planes = torch.zeros(self.num_envs, 3, self.height, self.width, device=self.device)
