@@ -139,6 +139,8 @@ class FlappyBirdVecEnv(VecEnv):
         self.num_pipes = math.ceil((SCREEN_WIDTH + PIPE_WIDTH) / self.pipe_spacing) + 1
         dev = self.device
         self._pipe_slots = torch.arange(self.num_pipes, device=dev, dtype=torch.float32) * self.pipe_spacing
+        self._pipe_slot_column = self._pipe_slots.unsqueeze(1)  # (P, 1): pipe-major state, see `gap_tops`
+        self._env_index = torch.arange(num_envs, device=dev)
         self._pipe_slots_int = torch.arange(self.num_pipes, device=dev)
 
         if obs == "vector":
@@ -161,7 +163,9 @@ class FlappyBirdVecEnv(VecEnv):
         self.bird_y = torch.zeros(num_envs, device=dev)  # top edge of the bird, px from the top
         self.bird_velocity = torch.zeros(num_envs, device=dev)
         self.pipe_offset = torch.zeros(num_envs, device=dev)  # left edge of pipe 0, px
-        self.gap_tops = torch.zeros(num_envs, self.num_pipes, device=dev)
+        # Gap tops are kept pipe-major, (P, N): on a CPU, ops over a few long rows are several
+        # times faster than over many rows of P values. `gap_tops` shows them as (N, P).
+        self._gaps = torch.zeros(self.num_pipes, num_envs, device=dev)
         self.score = torch.zeros(num_envs, device=dev)
         self.episode_length = torch.zeros(num_envs, device=dev)
         self._noise = UniformNoise(num_envs, self.generator, dev)
@@ -171,32 +175,37 @@ class FlappyBirdVecEnv(VecEnv):
 
     # Game state -------------------------------------------------------------------------------
 
+    @property
+    def gap_tops(self) -> Tensor:
+        """(N, P) top of the gap of every pipe, px (a view of the pipe-major state)."""
+        return self._gaps.t()
+
     def _random_gap_tops(self, uniform: Tensor) -> Tensor:
         return torch.floor(uniform * self.gap_top_range).add_(self.gap_top_min)
 
     def _start_state(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(bird_y, bird_velocity, pipe_offset, gap_tops) of a new episode, for every env."""
+        """(bird_y, bird_velocity, pipe_offset, gaps (P, N)) of a new episode, for every env."""
         gap_fields = [self._noise.draw(4) for _ in range(math.ceil(self.num_pipes / 4))]
-        gap_tops = self._random_gap_tops(torch.cat(gap_fields)[: self.num_pipes].t())
+        gaps = self._random_gap_tops(torch.cat(gap_fields)[: self.num_pipes])
         bird_y = torch.full((self.num_envs,), float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2), device=self.device)
         velocity = torch.zeros(self.num_envs, device=self.device)
         # The first pipe enters from the right edge of the screen.
         pipe_offset = torch.full((self.num_envs,), float(SCREEN_WIDTH), device=self.device)
-        return bird_y, velocity, pipe_offset, gap_tops
+        return bird_y, velocity, pipe_offset, gaps
 
     def _reset_all(self) -> Tensor:
-        self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = self._start_state()
+        self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = self._start_state()
         self.score.zero_()
         self.episode_length.zero_()
         self._steps_taken = 0
         if self.obs_mode == "pixels":
             # Every game starts with the same picture (the pipes are still off-screen), the
             # first frame repeated.
-            frame = self._pixel_frame(self.bird_y, self.pipe_offset, self.gap_tops)
+            frame = self._pixel_frame(self.bird_y, self.pipe_offset, self._gaps)
             self._start_frames = frame[:1].unsqueeze(1).expand(-1, self.frame_stack, -1, -1).contiguous()
             self._frames = self._start_frames.expand(self.num_envs, -1, -1, -1).contiguous()
             return self._frames
-        return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops)
+        return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
 
     def _spawn_uniform(self) -> Tensor:
         """(N,) uniform numbers for the gap of a pipe spawned this step.
@@ -217,22 +226,22 @@ class FlappyBirdVecEnv(VecEnv):
         hit_ground = bird_y >= GROUND_Y - BIRD_HEIGHT
         bird_y = bird_y.clamp_(max=GROUND_Y - BIRD_HEIGHT)
 
-        old_pipe_x = self.pipe_offset.unsqueeze(1) + self._pipe_slots
+        old_pipe_x = self.pipe_offset + self._pipe_slot_column  # (P, N)
         pipe_offset = self.pipe_offset - self.pipe_speed
         pipe_x = old_pipe_x - self.pipe_speed
         # A pipe is passed when its centre crosses the bird's centre.
         crossing = BIRD_X + BIRD_WIDTH / 2 - PIPE_WIDTH / 2
-        pipes_passed = ((old_pipe_x > crossing) & (pipe_x <= crossing)).sum(1, dtype=torch.float32)
+        pipes_passed = ((old_pipe_x > crossing) & (pipe_x <= crossing)).sum(0, dtype=torch.float32)
         overlaps_x = (pipe_x < BIRD_X + BIRD_WIDTH) & (pipe_x > BIRD_X - PIPE_WIDTH)
-        outside_gap = (bird_y.unsqueeze(1) < self.gap_tops) | (bird_y.unsqueeze(1) > self.gap_tops + (self.gap_size - BIRD_HEIGHT))
-        hit_pipe = (overlaps_x & outside_gap).any(1)
+        outside_gap = (bird_y < self._gaps) | (bird_y > self._gaps + (self.gap_size - BIRD_HEIGHT))
+        hit_pipe = (overlaps_x & outside_gap).any(0)
         terminated = hit_ground | hit_pipe
 
         # When pipe 0 has left the screen, every pipe moves down one slot and a new one spawns.
         shift = pipe_offset < -PIPE_WIDTH
         pipe_offset = torch.where(shift, pipe_offset + self.pipe_spacing, pipe_offset)
-        shifted_gaps = torch.cat((self.gap_tops[:, 1:], self._random_gap_tops(self._spawn_uniform()).unsqueeze(1)), dim=1)
-        gap_tops = torch.where(shift.unsqueeze(1), shifted_gaps, self.gap_tops)
+        shifted_gaps = torch.cat((self._gaps[1:], self._random_gap_tops(self._spawn_uniform()).unsqueeze(0)))
+        gap_tops = torch.where(shift, shifted_gaps, self._gaps)
         self._steps_taken += 1
 
         score = self.score.add_(pipes_passed)
@@ -250,14 +259,14 @@ class FlappyBirdVecEnv(VecEnv):
             bird_y = torch.where(done, start_y, bird_y)
             velocity = torch.where(done, start_velocity, velocity)
             pipe_offset = torch.where(done, start_offset, pipe_offset)
-            gap_tops = torch.where(done.unsqueeze(1), start_gaps, gap_tops)
+            gap_tops = torch.where(done, start_gaps, gap_tops)
             keep = (~done).to(torch.float32)
             self.score.mul_(keep)
             self.episode_length.mul_(keep)
             obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
         else:
             obs = final_obs
-        self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = bird_y, velocity, pipe_offset, gap_tops
+        self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = bird_y, velocity, pipe_offset, gap_tops
         return obs, reward, terminated, truncated, {"final_obs": final_obs}
 
     def _pixel_step_result(self, bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done):
@@ -271,33 +280,36 @@ class FlappyBirdVecEnv(VecEnv):
             bird_y = torch.where(done, start_y, bird_y)
             velocity = torch.where(done, start_velocity, velocity)
             pipe_offset = torch.where(done, start_offset, pipe_offset)
-            gap_tops = torch.where(done.unsqueeze(1), start_gaps, gap_tops)
+            gap_tops = torch.where(done, start_gaps, gap_tops)
             self.score.masked_fill_(done, 0.0)
             self.episode_length.masked_fill_(done, 0.0)
             obs = torch.where(done.view(-1, 1, 1, 1), self._start_frames, final_obs)
         self._frames = obs
-        self.bird_y, self.bird_velocity, self.pipe_offset, self.gap_tops = bird_y, velocity, pipe_offset, gap_tops
+        self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = bird_y, velocity, pipe_offset, gap_tops
         return obs, reward, terminated, truncated, {"final_obs": final_obs}
 
     # Observations -----------------------------------------------------------------------------
 
-    def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gap_tops: Tensor) -> Tensor:
-        pipe_x = pipe_offset.unsqueeze(1) + self._pipe_slots
+    def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:
+        """(N, 8) observations; `gaps` is pipe-major (P, N)."""
+        pipe_x = pipe_offset + self._pipe_slot_column
         # The next pipe is the first whose right edge is still ahead of the bird's left edge.
-        next_index = (pipe_x + PIPE_WIDTH <= BIRD_X).sum(1, keepdim=True)
-        indices = torch.cat((next_index, next_index + 1), dim=1)
-        next_x = torch.gather(pipe_x, 1, indices)
-        next_gap_top = torch.gather(gap_tops, 1, indices)
-        bird_centre = (bird_y + BIRD_HEIGHT / 2).unsqueeze(1)
+        next_index = (pipe_x + PIPE_WIDTH <= BIRD_X).sum(0)
+        bird_centre = bird_y + BIRD_HEIGHT / 2
         obs = torch.empty(self.num_envs, 8, device=self.device)
-        obs[:, 0] = bird_centre.squeeze(1) / HALF_FIELD - 1.0
-        obs[:, 1] = velocity / MAX_FALL_SPEED
-        obs[:, 2::3] = (next_x - BIRD_X) / SCREEN_WIDTH
-        obs[:, 3::3] = (next_gap_top - bird_centre) / HALF_FIELD
-        obs[:, 4::3] = (next_gap_top + self.gap_size - bird_centre) / HALF_FIELD
+        torch.sub(bird_centre / HALF_FIELD, 1.0, out=obs[:, 0])
+        torch.div(velocity, MAX_FALL_SPEED, out=obs[:, 1])
+        flat_pipe_x, flat_gaps = pipe_x.view(-1), gaps.reshape(-1)
+        for ahead in range(2):  # the next pipe and the one after it
+            cell = (next_index + ahead).mul_(self.num_envs).add_(self._env_index)
+            next_x = flat_pipe_x.index_select(0, cell)
+            next_gap_top = flat_gaps.index_select(0, cell)
+            torch.div(next_x - BIRD_X, SCREEN_WIDTH, out=obs[:, 2 + 3 * ahead])
+            torch.div(next_gap_top - bird_centre, HALF_FIELD, out=obs[:, 3 + 3 * ahead])
+            torch.div(next_gap_top + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
         return obs
 
-    def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gap_tops: Tensor) -> Tensor:
+    def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:
         """(N, H, W) grayscale frames: sky 0, ground 0.3, pipes 0.6, bird 1.
 
         Every object is a rectangle, i.e. (its rows) x (its columns), so a frame is a sum of a
@@ -306,6 +318,7 @@ class FlappyBirdVecEnv(VecEnv):
         """
         rows, cols = self._pixel_rows, self._pixel_cols
         pipe_x = (pipe_offset.unsqueeze(1) + self._pipe_slots).unsqueeze(2)  # (N, P, 1)
+        gap_tops = gaps.t()
         pipe_cols = ((cols >= pipe_x) & (cols < pipe_x + PIPE_WIDTH)).to(torch.float32)  # (N, P, W)
         gap_top = gap_tops.unsqueeze(2)
         pipe_rows = ((rows < gap_top) | (rows >= gap_top + self.gap_size)) & (rows < GROUND_Y)  # (N, P, H)
