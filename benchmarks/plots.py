@@ -99,7 +99,7 @@ def plot_games(games: dict[str, Any], path: Path) -> Path | None:
         return None
     figure, all_axes = plt.subplots(1, len(games), figsize=(6 * len(games), 4.5), squeeze=False)
     for axes, (name, result) in zip(all_axes[0], games.items()):
-        _plot_series(axes, [result], OURS_COLOR, "mean score, last >= 100 episodes")
+        _plot_series(axes, [result], OURS_COLOR, "mean score of the last 100 episodes")
         for target in result.get("targets", []):
             axes.axhline(float(target), color="gray", linestyle="--", linewidth=0.8)
         axes.set_xlabel("training-loop wall seconds")
