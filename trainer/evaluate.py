@@ -97,7 +97,7 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
     """Play `episodes` episodes with the model on the env it was trained on (or `env_name`)."""
     from envs import make_vec_env
 
-    from trainer.gif import write_gif
+    from trainer.gif import frame_skip, gif_fps, write_gif
 
     if episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
@@ -121,9 +121,12 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
         frames: list[np.ndarray] = []
         recording = gif_path is not None
         obs = env.reset(seed=seed)
+        skip = frame_skip(env)
+        steps = 0
         while any(count < target for count, target in zip(counts, targets)):
-            if recording:
+            if recording and steps % skip == 0:
                 frames.append(env.render(0))
+            steps += 1
             action, _, _ = policy.act(policy.normalize_obs(obs), deterministic=deterministic)
             obs, reward, terminated, truncated, _ = env.step(policy.env_action(action))
             current_length += 1
@@ -154,7 +157,7 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
             if recording and len(frames) >= gif_max_frames:
                 recording = False
         if gif_path is not None and frames:
-            result.gif_path = write_gif(frames, gif_path, fps=int(getattr(env, "metadata", {}).get("render_fps", 30)))
+            result.gif_path = write_gif(frames, gif_path, fps=gif_fps(env))
         return result
     finally:
         env.close()

@@ -18,6 +18,18 @@ import torch
 from trainer.models import build_policy
 
 MAX_GIF_WIDTH = 320  # wider frames are downsampled by an integer factor (smaller, faster files)
+MAX_GIF_FPS = 30     # envs that render faster (CartPole: 50) have frames skipped: rendering is the cost
+
+
+def frame_skip(env) -> int:
+    """Render every n-th step so the GIF plays at real speed with at most MAX_GIF_FPS frames/s."""
+    fps = int(getattr(env, "metadata", {}).get("render_fps", 30) or 30)
+    return max(1, -(-fps // MAX_GIF_FPS))
+
+
+def gif_fps(env) -> float:
+    fps = int(getattr(env, "metadata", {}).get("render_fps", 30) or 30)
+    return fps / frame_skip(env)
 
 
 @dataclass
@@ -46,24 +58,28 @@ class GifRecorder:
         self.policy.load_state_dict(policy_state)
         obs = env.reset(seed=seed)
         env.stats.drain()
+        skip = frame_skip(env)
         frames = [env.render(0)]
         episode_return = 0.0
         finished = False
-        for _ in range(self.max_frames - 1):
+        step = 0
+        while len(frames) < self.max_frames:
             action, _, _ = self.policy.act(self.policy.normalize_obs(obs), deterministic=True)
             obs, reward, terminated, truncated, info = env.step(self.policy.env_action(action))
             episode_return += float(reward[0])
+            step += 1
             if bool(terminated[0] | truncated[0]):
                 finished = True
                 break
-            frames.append(env.render(0))
+            if step % skip == 0:
+                frames.append(env.render(0))
         summary = env.stats.drain()
         if finished and summary.count:
             score = summary.score_mean
         else:
             running = getattr(env.stats, "running_score", None)
             score = float(running[0]) if running is not None else None
-        write_gif(frames, path, fps=int(getattr(env, "metadata", {}).get("render_fps", 30)))
+        write_gif(frames, path, fps=gif_fps(env))
         return GifResult(Path(path), episode_return, score, len(frames), time.perf_counter() - started)
 
     def close(self) -> None:
@@ -72,7 +88,7 @@ class GifRecorder:
             self._env = None
 
 
-def write_gif(frames: list[np.ndarray], path: str | Path, fps: int = 30) -> Path:
+def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 30) -> Path:
     """Frames (H x W x 3 uint8) -> an animated GIF that loops, written atomically."""
     from PIL import Image
 

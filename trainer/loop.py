@@ -36,7 +36,7 @@ from trainer.rollout import RolloutBuffer, bootstrap_truncated, collect_rollout
 from trainer.run_dir import checkpoint_folder, final_model_path, write_config
 
 
-GIF_SECONDS_PER_FRAME_ESTIMATE = 0.004
+GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005
 
 
 class ResumeError(RuntimeError):
