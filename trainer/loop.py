@@ -200,9 +200,7 @@ class TrainingSession:
         self.resumed_from_step: int | None = None
         self.last_metrics: dict | None = None
         self.gif_seconds = 0.0
-        # Until a GIF has been timed, assume a full-length one at a typical CPU cost per frame
-        # (render + encode), so that short runs are not slowed by an early GIF.
-        self.last_gif_cost = GIF_SECONDS_PER_FRAME_ESTIMATE * config.gif_max_frames
+        self.gif_seconds_per_frame = GIF_SECONDS_PER_FRAME_ESTIMATE  # replaced by the measured cost
         self.next_obs = self.env.reset(seed=config.seed + self.rank)
         if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
             self.policy.obs_normalizer.accumulate(self.next_obs)
@@ -369,8 +367,11 @@ class TrainingSession:
         if self.config.gif_time_fraction >= 1.0:  # no budget
             return True
         training_seconds = self.elapsed_before + time.perf_counter() - self.session_started
-        # Keep GIFs to gif_time_fraction of the run: skip this one if it would go over.
-        return self.gif_seconds + self.last_gif_cost <= self.config.gif_time_fraction * training_seconds
+        # Keep GIFs to gif_time_fraction of the run: skip this one if it would go over. Its cost is
+        # guessed from the current episode length and the measured cost per frame.
+        episode_length = (self.last_metrics or {}).get("recent_length_mean") or self.config.gif_max_frames
+        expected_cost = self.gif_seconds_per_frame * min(self.config.gif_max_frames, episode_length)
+        return self.gif_seconds + expected_cost <= self.config.gif_time_fraction * training_seconds
 
     def record_gif(self) -> None:
         path = self.run_dir / "rollouts" / f"step_{self.global_step}.gif"
@@ -384,7 +385,7 @@ class TrainingSession:
             self.gif_recorder = None
             return
         self.gif_seconds += result.seconds
-        self.last_gif_cost = result.seconds
+        self.gif_seconds_per_frame = result.seconds / max(1, result.frames)
         self.bus.emit("gif", step=self.global_step, path=str(result.path), episode_return=result.episode_return,
                       episode_score=result.episode_score, frames=result.frames, seconds=result.seconds)
 
