@@ -68,7 +68,7 @@ def plot_time_to_solve(solve: dict[str, Any], path: Path) -> Path | None:
     axes.set_xlabel("training-loop wall seconds (log scale)")
     axes.set_ylabel("mean return of the last 100 episodes")
     axes.set_title("CartPole-v1: return against wall time (one line per seed)")
-    axes.legend(loc="lower right")
+    axes.legend(loc="upper left")
     return _save(figure, path)
 
 
