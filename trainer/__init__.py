@@ -11,7 +11,7 @@ Imports are lazy: `import trainer` costs nothing until a name is used.
 """
 from __future__ import annotations
 
-__all__ = ["load_model", "load_config", "train", "TrainConfig", "ConfigError", "CheckpointError", "evaluate"]
+__all__ = ["load_model", "load_config", "train", "TrainConfig", "ConfigError", "CheckpointError"]
 
 _LOCATIONS = {
     "load_model": "trainer.checkpoint",
@@ -20,7 +20,6 @@ _LOCATIONS = {
     "TrainConfig": "trainer.config",
     "ConfigError": "trainer.config",
     "train": "trainer.loop",
-    "evaluate": "trainer.evaluate",
 }
 
 

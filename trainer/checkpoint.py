@@ -264,6 +264,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> TrainedM
     if str(device) == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} asked for, but this machine has no usable CUDA GPU; "
+                         f"use device 'cpu' or 'auto'")
     payload = read_checkpoint(path, map_location=device)
     if "policy_spec" not in payload or "policy_state" not in payload:
         raise CheckpointError(f"{path} has no policy in it (policy_spec / policy_state missing)")
