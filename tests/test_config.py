@@ -162,3 +162,14 @@ def test_readme_documents_every_key():
     text = readme.read_text()
     missing = [key for key, _, _ in config_reference() if f"`{key}`" not in text]
     assert not missing, f"keys missing from the README's config reference: {missing}"
+
+
+def test_overrides_replace_values_derived_in_a_saved_config(tmp_path):
+    saved = tmp_path / "config.yaml"
+    from trainer.config import to_yaml
+
+    saved.write_text(to_yaml(load_config(None, ["num_envs=8", "num_steps=16", "mini_batch_size=32"])))
+    config = load_config(saved, ["num_envs=16"])      # the saved batch_size (128) makes way
+    assert (config.num_envs, config.num_steps, config.batch_size, config.num_minibatches) == (16, 16, 256, 8)
+    config = load_config(saved, ["batch_size=64"])
+    assert (config.num_steps, config.batch_size, config.num_minibatches) == (8, 64, 2)

@@ -190,10 +190,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw: dict = {}
     if path is not None:
         raw = read_yaml_mapping(path)
-    for override in overrides or []:
-        key, value = parse_override(override)
+    parsed = [parse_override(override) for override in overrides or []]
+    overridden = {KEY_ALIASES.get(key, key) for key, _ in parsed}
+    for key, makes_way in _MAKE_WAY_FOR.items():
+        if key in overridden:  # e.g. --set num_envs=256 on a run's config.yaml: its batch_size is stale
+            for stale in makes_way:
+                if stale not in overridden:
+                    raw.pop(stale, None)
+    for key, value in parsed:
         _set_dotted(raw, key, value)
     return config_from_dict(raw)
+
+
+# An override of the key on the left drops these values from the file (they were derived from it).
+_MAKE_WAY_FOR = {
+    "num_envs": ("batch_size", "num_minibatches"),
+    "num_steps": ("batch_size", "num_minibatches"),
+    "batch_size": ("num_steps", "num_minibatches"),
+    "mini_batch_size": ("num_minibatches",),
+    "num_minibatches": ("mini_batch_size",),
+}
+
 
 
 def read_yaml_mapping(path: str | Path) -> dict:
