@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from trainer.checkpoint import load_model
 from trainer.config import load_config

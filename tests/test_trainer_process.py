@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from trainer.process import run_training
 

@@ -212,7 +212,6 @@ _MAKE_WAY_FOR = {
 }
 
 
-
 def read_yaml_mapping(path: str | Path) -> dict:
     import yaml
 
