@@ -312,3 +312,14 @@ def test_a_run_directory_is_not_trained_into_twice(tmp_path):
     train(tiny_config(total_timesteps=256), tmp_path / "run")
     with pytest.raises(ResumeError, match="already holds a run"):
         train(tiny_config(total_timesteps=256), tmp_path / "run")
+
+
+@pytest.mark.parametrize("env_name", ["flappy_bird", "snake"])
+def test_resume_is_exact_for_the_built_in_games(tmp_path, env_name):
+    config = tiny_config(env_name=env_name, total_timesteps=16 * 16 * 4)
+    straight = train(config, tmp_path / "straight")
+    counter = UpdateCounter()
+    train(config, tmp_path / "resumed", sinks=[counter], should_stop=lambda: counter.updates >= 2)
+    resumed = train(config, tmp_path / "resumed", resume=True)
+    for name, tensor in straight.policy.state_dict().items():
+        assert torch.equal(tensor, resumed.policy.state_dict()[name]), name
