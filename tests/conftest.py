@@ -18,3 +18,14 @@ import pytest
 def test_device() -> str:
     """The device tests run on: `cpu` unless RL_STUDIO_TEST_DEVICE says otherwise."""
     return os.environ.get("RL_STUDIO_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Train on one torch thread (as fast as two for these small networks, and half the CPU)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
