@@ -243,7 +243,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
         f"load average at start {machine.get('load_average_at_start', '?')}.",
         "",
     ]
-    _write_text_atomic(md_path, "\n".join(header) + render_markdown(rows))
+    _write_text_atomic(md_path, "\n".join(header) + "\n" + render_markdown(rows))
     from benchmarks.plots import write_plots
 
     return [json_path, md_path] + write_plots(results, out_dir)

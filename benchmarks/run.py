@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
     parser.add_argument("--configs", type=Path, default=REPO_ROOT / "configs",
                         help="folder of the shipped YAML configs (default: the repo's configs/)")
+    parser.add_argument("--replot", action="store_true",
+                        help="measure nothing: rewrite the table and plots from <out>/results.json")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results",
                         help="where results.md, results.json and the PNG plots go")
     args = parser.parse_args(argv)
@@ -289,6 +291,12 @@ def machine_description(threads: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        results = json.loads((args.out / "results.json").read_text())
+        written = report.write_report(results, args.out)
+        print(report.render_console(report.build_rows(results)))
+        print("wrote " + ", ".join(str(path) for path in written))
+        return 0
     from benchmarks.ours import shipped_settings
 
     command = "python -m benchmarks " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
