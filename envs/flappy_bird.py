@@ -255,19 +255,21 @@ class FlappyBirdVecEnv(VecEnv):
             return self._pixel_step_result(bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done)
         final_obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
         if self.auto_reset:
-            start_y, start_velocity, start_offset, start_gaps = self._start_state()
-            bird_y = torch.where(done, start_y, bird_y)
-            velocity = torch.where(done, start_velocity, velocity)
-            pipe_offset = torch.where(done, start_offset, pipe_offset)
-            gap_tops = torch.where(done, start_gaps, gap_tops)
-            keep = (~done).to(torch.float32)
-            self.score.mul_(keep)
-            self.episode_length.mul_(keep)
+            bird_y, velocity, pipe_offset, gap_tops = self._restart_finished(done, bird_y, velocity, pipe_offset, gap_tops)
             obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
         else:
             obs = final_obs
         self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = bird_y, velocity, pipe_offset, gap_tops
         return obs, reward, terminated, truncated, {"final_obs": final_obs}
+
+    def _restart_finished(self, done: Tensor, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor,
+                          gap_tops: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Auto-reset: the envs that are `done` start a new game; the others carry on."""
+        start_y, start_velocity, start_offset, start_gaps = self._start_state()
+        self.score.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0.0)
+        return (torch.where(done, start_y, bird_y), torch.where(done, start_velocity, velocity),
+                torch.where(done, start_offset, pipe_offset), torch.where(done, start_gaps, gap_tops))
 
     def _pixel_step_result(self, bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done):
         """The end of `step` for pixel observations: one new frame per env, and the constant
@@ -276,13 +278,7 @@ class FlappyBirdVecEnv(VecEnv):
         final_obs = torch.cat((self._frames[:, 1:], frame.unsqueeze(1)), dim=1)
         obs = final_obs
         if self.auto_reset:
-            start_y, start_velocity, start_offset, start_gaps = self._start_state()
-            bird_y = torch.where(done, start_y, bird_y)
-            velocity = torch.where(done, start_velocity, velocity)
-            pipe_offset = torch.where(done, start_offset, pipe_offset)
-            gap_tops = torch.where(done, start_gaps, gap_tops)
-            self.score.masked_fill_(done, 0.0)
-            self.episode_length.masked_fill_(done, 0.0)
+            bird_y, velocity, pipe_offset, gap_tops = self._restart_finished(done, bird_y, velocity, pipe_offset, gap_tops)
             obs = torch.where(done.view(-1, 1, 1, 1), self._start_frames, final_obs)
         self._frames = obs
         self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = bird_y, velocity, pipe_offset, gap_tops
