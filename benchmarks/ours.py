@@ -171,8 +171,9 @@ def ours_game(config_path: str, targets: list[float], cap_seconds: float, seed: 
 
 def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu",
                  min_seconds: float = 3.0, seed: int = 0) -> dict[str, Any]:
-    """The update-only ceiling: the trainer's own update step (bootstrap, GAE, PPO epochs) on
-    random rollout data of the same shape, with no env stepping at all.
+    """The update-only ceiling: the trainer's own update step (scoring the rollout with pi_old
+    and V_old, bootstrap, GAE, PPO epochs) on random rollout data of the same shape, with no
+    env stepping and no acting at all.
 
     It runs `TrainingSession._train_one_update`, the function the training loop calls, with the
     rollout collection replaced by a no-op over a buffer filled once with random data.
@@ -214,21 +215,19 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
 
 
 def _fill_with_random_rollout(buffer, policy, seed: int) -> None:
-    """Random observations, valid actions with their true log-probabilities and values,
-    rewards of 1 and about one episode end in 50 steps: data shaped like a CartPole rollout."""
+    """Random observations, actions sampled by the policy, rewards of 1 and about one episode
+    end in 50 steps: data shaped like a CartPole rollout. (pi_old and V_old are computed by the
+    update itself, `score_rollout`, as in training.)"""
     import torch
 
     generator = torch.Generator(device=buffer.obs.device)
     generator.manual_seed(seed)
     device = buffer.obs.device
-    with torch.no_grad():
-        buffer.obs.copy_(torch.randn(buffer.obs.shape, generator=generator, device=device) * 0.5)
-        for step in range(buffer.obs.shape[0]):
-            action, log_prob, value = policy.act(buffer.obs[step], generator)
-            buffer.actions[step].copy_(action)
-            buffer.log_probs[step].copy_(log_prob)
-            buffer.values[step].copy_(value)
-        buffer.rewards.fill_(1.0)
-        buffer.dones.copy_((torch.rand(buffer.dones.shape, generator=generator, device=device) < 0.02).float())
-        buffer.truncated.zero_()
-        buffer.final_obs.copy_(buffer.obs)
+    sample = policy.sampler()
+    buffer.obs.copy_(torch.randn(buffer.obs.shape, generator=generator, device=device) * 0.5)
+    for obs, actions in zip(buffer.obs.unbind(0), buffer.actions.unbind(0)):
+        actions.copy_(sample(obs, generator))
+    buffer.rewards.fill_(1.0)
+    buffer.terminated.copy_(torch.rand(buffer.terminated.shape, generator=generator, device=device) < 0.02)
+    buffer.truncated.zero_()
+    buffer.final_obs.copy_(buffer.obs)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.models import build_policy, make_policy_spec
+from trainer.models import FoldedMLP, build_policy, make_policy_spec
 from trainer.normalization import RunningMeanStd
 from trainer.ppo import Adam, compute_gae
 
@@ -85,6 +85,43 @@ def test_categorical_sampling_follows_the_policy_probabilities():
     torch.testing.assert_close(new_log_prob, log_probs[:10])
     expected_entropy = torch.distributions.Categorical(probs=probabilities).entropy()
     torch.testing.assert_close(entropy, expected_entropy.expand(10))
+
+
+@pytest.mark.parametrize("model_type", ["ppo-small", "ppo-medium", "ppo-large"])
+def test_the_rollout_actor_and_scoring_compute_the_same_function_as_the_networks(model_type):
+    spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (7,)), gymnasium.spaces.Discrete(3))
+    torch.manual_seed(0)
+    policy = build_policy(spec)
+    with torch.no_grad():
+        for parameter in policy.parameters():  # trained-looking weights, not the init
+            parameter.add_(0.3 * torch.randn_like(parameter))
+        obs = 3 * torch.randn(500, 7)
+        logits, values = policy.actor(obs), policy.critic(obs).squeeze(-1)
+    torch.testing.assert_close(FoldedMLP(policy.actor)(obs), logits, rtol=1e-4, atol=1e-4)
+    actions = torch.randint(0, 3, (500,))
+    log_probs, scored_values = policy.score(obs, actions)
+    torch.testing.assert_close(log_probs, logits.log_softmax(-1)[torch.arange(500), actions], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(scored_values, values, rtol=1e-4, atol=1e-4)
+
+
+def test_the_rollout_sampler_follows_the_policy_probabilities():
+    policy = discrete_policy()
+    with torch.no_grad():
+        policy.actor[-1].weight.mul_(300)
+        obs = torch.randn(1, 5).expand(60_000, 5)
+        probabilities = policy.actor(obs[:1]).softmax(-1)[0]
+    actions = policy.sampler()(obs, torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(actions, minlength=3).float() / len(actions)
+    torch.testing.assert_close(frequencies, probabilities, atol=0.01, rtol=0)
+    spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (3,)), gymnasium.spaces.Box(-1, 1, (2,)))
+    gaussian = build_policy(spec)
+    with torch.no_grad():
+        gaussian.log_std.copy_(torch.tensor([0.3, -0.5]))
+        obs = torch.randn(1, 3).expand(50_000, 3)
+        mean = gaussian.actor(obs[:1])[0]
+    actions = gaussian.sampler()(obs, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(actions.mean(0), mean, atol=0.02, rtol=0)
+    torch.testing.assert_close(actions.std(0), torch.tensor([0.3, -0.5]).exp(), atol=0.02, rtol=0)
 
 
 def test_gaussian_head_log_prob_entropy_and_clipping():

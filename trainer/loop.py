@@ -32,7 +32,7 @@ from trainer.events import EventBus, EventSink, JsonlSink, LogSink, TensorBoardS
 from trainer.models import ActorCritic, build_policy, make_policy_spec
 from trainer.normalization import RewardScaler
 from trainer.ppo import Adam, UpdateSettings, compute_gae, ppo_update
-from trainer.rollout import RolloutBuffer, bootstrap_truncated, collect_rollout
+from trainer.rollout import RolloutBuffer, collect_rollout, score_rollout
 from trainer.run_dir import checkpoint_folder, final_model_path, write_config
 
 
@@ -300,7 +300,7 @@ class TrainingSession:
         config, buffer, policy = self.config, self.buffer, self.policy
         learning_rate = self.learning_rate()
         self.next_obs = collect_rollout(self.env, policy, buffer, self.next_obs, self.generator, self.reward_scaler)
-        bootstrap_truncated(policy, buffer, config.gamma)
+        score_rollout(policy, buffer, config.gamma)
         with torch.no_grad():
             normalizer = policy.obs_normalizer
             next_input = self.next_obs if normalizer is None else normalizer.normalize(self.next_obs)

@@ -49,9 +49,9 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
     decay = (gamma * gae_lambda) * not_done
     advantages = torch.empty_like(rewards)
     running = torch.zeros_like(last_value)
-    for t in reversed(range(rewards.shape[0])):
-        running = torch.addcmul(deltas[t], decay[t], running)           # A_t = delta_t + g*l*A_{t+1}
-        advantages[t] = running
+    for delta, step_decay, advantage in zip(deltas.unbind(0)[::-1], decay.unbind(0)[::-1],
+                                            advantages.unbind(0)[::-1]):
+        running = torch.addcmul(delta, step_decay, running, out=advantage)  # A_t = delta_t + g*l*A_{t+1}
     return advantages, advantages + values
 
 

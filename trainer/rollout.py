@@ -1,8 +1,11 @@
 """Rollout storage and collection: `num_steps` steps from every env, all tensors on the device.
 
 The hot loop does tensor ops only (no `.item()`, no boolean indexing), so on a GPU it never
-waits for the host, and on a CPU it never pays for a sync. Truncated episodes (time limits) are
-bootstrapped once per rollout from the env's `final_obs`: reward += gamma * V(final obs).
+waits for the host, and on a CPU it never pays for a sync. It asks the policy for actions only
+(`ActorCritic.sampler`); pi_old(a|s) and V_old(s) are then computed for the whole rollout in a
+few large batches (`score_rollout`), which costs far less than a small forward pass per step.
+Truncated episodes (time limits) are bootstrapped once per rollout from the env's `final_obs`:
+reward += gamma * V(final obs).
 """
 from __future__ import annotations
 
@@ -15,6 +18,10 @@ from trainer.models import ActorCritic
 from trainer.normalization import RewardScaler
 from trainer.ppo import UpdateBatch
 
+# Rows per forward pass when scoring a rollout: large enough to amortise the per-op cost,
+# small enough that a convolutional policy's activations stay modest.
+SCORE_CHUNK_ROWS = 8192
+
 
 @dataclass
 class RolloutBuffer:
@@ -23,8 +30,9 @@ class RolloutBuffer:
     log_probs: Tensor    # (T, N) log pi_old(a|s)
     values: Tensor       # (T, N) V_old(s)
     rewards: Tensor      # (T, N) (scaled if norm_reward)
-    dones: Tensor        # (T, N) 1.0 where the episode ended with this step
-    truncated: Tensor    # (T, N) bool: ended by a time limit, not by the game
+    dones: Tensor        # (T, N) 1.0 where the episode ended with this step (score_rollout)
+    terminated: Tensor   # (T, N) bool: the game ended the episode (a crash, a win)
+    truncated: Tensor    # (T, N) bool: a time limit cut the episode
     final_obs: Tensor    # (T, N, *obs_shape) the observation an episode ended on
 
     @classmethod
@@ -36,7 +44,8 @@ class RolloutBuffer:
         action = policy.spec["action"]
         actions = zeros(dtype=torch.int64) if action["kind"] == "discrete" else zeros(action["dim"])
         return cls(obs=zeros(*obs_shape), actions=actions, log_probs=zeros(), values=zeros(), rewards=zeros(),
-                   dones=zeros(), truncated=zeros(dtype=torch.bool), final_obs=zeros(*obs_shape))
+                   dones=zeros(), terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool),
+                   final_obs=zeros(*obs_shape))
 
     def flatten(self, advantages: Tensor, returns: Tensor) -> UpdateBatch:
         def flat(tensor: Tensor) -> Tensor:
@@ -49,35 +58,53 @@ class RolloutBuffer:
 @torch.no_grad()
 def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: Tensor,
                     generator: torch.Generator, reward_scaler: RewardScaler | None) -> Tensor:
-    """Fill `buffer` with one rollout starting from the env observations `next_obs`; returns
-    the env observations the next rollout starts from. With norm_obs, the statistics stay
-    fixed during the rollout and only accumulate the new observations (see normalization.py)."""
+    """Fill the observations, actions, rewards and episode ends of `buffer` with one rollout
+    starting from the env observations `next_obs`; returns the env observations the next
+    rollout starts from. With norm_obs, the statistics stay fixed during the rollout and only
+    accumulate the new observations (see normalization.py)."""
     normalizer = policy.obs_normalizer
-    for step in range(buffer.obs.shape[0]):
+    sample = policy.sampler()
+    steps = zip(buffer.obs.unbind(0), buffer.actions.unbind(0), buffer.rewards.unbind(0),
+                buffer.terminated.unbind(0), buffer.truncated.unbind(0), buffer.final_obs.unbind(0))
+    for obs_out, action_out, reward_out, terminated_out, truncated_out, final_obs_out in steps:
         obs = next_obs if normalizer is None else normalizer.normalize(next_obs)
-        buffer.obs[step].copy_(obs)
-        action, log_prob, value = policy.act(obs, generator)
+        obs_out.copy_(obs)
+        action = sample(obs, generator)
+        action_out.copy_(action)
         next_obs, reward, terminated, truncated, info = env.step(policy.env_action(action))
-        done = terminated | truncated
         if reward_scaler is not None:
-            reward = reward_scaler.scale(reward, done)
-        buffer.actions[step].copy_(action)
-        buffer.log_probs[step].copy_(log_prob)
-        buffer.values[step].copy_(value)
-        buffer.rewards[step].copy_(reward)
-        buffer.dones[step].copy_(done)
-        torch.logical_and(truncated, ~terminated, out=buffer.truncated[step])
+            reward = reward_scaler.scale(reward, terminated | truncated)
+        reward_out.copy_(reward)
+        terminated_out.copy_(terminated)
+        truncated_out.copy_(truncated)
         final_obs = info["final_obs"]
         if normalizer is not None:
             normalizer.accumulate(next_obs)
             final_obs = normalizer.normalize(final_obs)
-        buffer.final_obs[step].copy_(final_obs)
+        final_obs_out.copy_(final_obs)
     return next_obs
 
 
 @torch.no_grad()
+def score_rollout(policy: ActorCritic, buffer: RolloutBuffer, gamma: float) -> None:
+    """After collection: pi_old(a|s) and V_old(s) of every step, episode ends, and the
+    time-limit bootstrap, each computed for the whole rollout at once."""
+    steps, num_envs = buffer.rewards.shape
+    # Chunks of whole steps, about SCORE_CHUNK_ROWS samples each (one step if the batch is wider).
+    steps_per_chunk = max(1, SCORE_CHUNK_ROWS // num_envs)
+    obs, actions = buffer.obs.flatten(0, 1), buffer.actions.flatten(0, 1)
+    log_probs, values = buffer.log_probs.view(-1), buffer.values.view(-1)
+    for first in range(0, steps * num_envs, steps_per_chunk * num_envs):
+        rows = slice(first, first + steps_per_chunk * num_envs)
+        log_probs[rows], values[rows] = policy.score(obs[rows], actions[rows])
+    buffer.dones.copy_(buffer.terminated | buffer.truncated)
+    bootstrap_truncated(policy, buffer, gamma)
+
+
+@torch.no_grad()
 def bootstrap_truncated(policy: ActorCritic, buffer: RolloutBuffer, gamma: float) -> None:
-    """reward += gamma * V(final obs) where an episode was cut by a time limit (one host sync)."""
-    where = buffer.truncated.nonzero(as_tuple=True)
+    """reward += gamma * V(final obs) where an episode was cut by a time limit and not ended by
+    the game in the same step (one host sync)."""
+    where = (buffer.truncated & ~buffer.terminated).nonzero(as_tuple=True)
     if where[0].numel():
         buffer.rewards[where] += gamma * policy.value(buffer.final_obs[where])
