@@ -170,3 +170,50 @@ def test_running_mean_std_merges_batches_exactly():
     torch.testing.assert_close(stats.var, data.var(0, unbiased=False), rtol=1e-4, atol=1e-6)
     normalized = stats.normalize(data.float())
     assert normalized.mean(0).abs().max() < 1e-3 and (normalized.std(0) - 1).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("model_type, action_space, unclipped, weighted", [
+    ("ppo-small", gymnasium.spaces.Discrete(3), False, False),
+    ("ppo-large", gymnasium.spaces.Discrete(4), False, True),
+    ("ppo-small", gymnasium.spaces.Discrete(2), True, False),
+    ("ppo-medium", gymnasium.spaces.Box(-1, 1, (2,)), False, True),
+])
+def test_the_written_out_gradient_equals_autograd(model_type, action_space, unclipped, weighted):
+    from trainer import mlp_grad
+    from trainer.ppo import UpdateBatch, UpdateSettings, autograd_loss
+
+    spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (6,)), action_space)
+    torch.manual_seed(0)
+    policy = build_policy(spec)
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    size = 96
+    obs = torch.randn(size, 6)
+    with torch.no_grad():
+        actions = policy.sampler()(obs, torch.Generator().manual_seed(1))
+        old_log_probs = policy.score(obs, actions)[0] + 0.3 * torch.randn(size)  # ratios in and out of the clip range
+    batch = UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=torch.randn(size),
+                        returns=torch.randn(size), values=torch.randn(size))
+    weights = torch.rand(size) if weighted else None
+    settings = UpdateSettings(update_epochs=1, mini_batch_size=size, clip_coef=0.2, clip_vloss=False, norm_adv=True,
+                              ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, unclipped=unclipped,
+                              use_per=False, per_alpha=0.6, per_beta=0.4)
+    assert mlp_grad.supports(policy, settings.clip_vloss)
+    parameters = list(policy.parameters())
+    for parameter in parameters:
+        parameter.grad = None
+    loss, expected_losses, expected_log_ratio = autograd_loss(policy, batch, batch.advantages, weights, settings)
+    loss.backward()
+    expected_grads = [parameter.grad.clone() for parameter in parameters]
+    clipped = ((expected_log_ratio.exp() - 1).abs() > 0.2).float().mean()
+    assert 0.1 < clipped < 0.9  # both branches of the clipped objective are exercised
+    for parameter in parameters:
+        parameter.grad.fill_(float("nan"))  # every gradient must be written, not accumulated
+    losses, log_ratio = mlp_grad.ppo_loss_and_gradient(
+        policy, obs, actions, old_log_probs, batch.advantages, batch.returns, weights,
+        settings.clip_coef, settings.ent_coef, settings.vf_coef, unclipped)
+    torch.testing.assert_close(losses, expected_losses, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(log_ratio, expected_log_ratio, rtol=1e-4, atol=1e-5)
+    for parameter, expected in zip(parameters, expected_grads):
+        torch.testing.assert_close(parameter.grad, expected, rtol=1e-3, atol=1e-6)

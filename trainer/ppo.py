@@ -10,7 +10,7 @@ Read top to bottom, this is the algorithm:
        value      = 0.5 * (V(s) - R)^2                      (optionally clipped around V_old)
        loss       = policy - ent_coef * entropy + vf_coef * value
    with per-minibatch advantage normalisation, global gradient-norm clipping and an optional
-   early stop once the approximate KL divergence passes `target_kl`.
+   early stop once the approximate KL divergence of an epoch passes `target_kl`.
    With `use_per`, minibatches are drawn in proportion to |A|^alpha and the value loss is
    weighted by importance weights (N P(i))^-beta / max (prioritised replay, Schaul et al. 2016,
    applied to one rollout).
@@ -30,6 +30,8 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
+
+from trainer import mlp_grad
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,49 +110,86 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
     """Optimise the policy on one rollout; returns the mean loss statistics and
     explained variance."""
     batch_size = batch.obs.shape[0]
-    num_minibatches = batch_size // settings.mini_batch_size
+    size = settings.mini_batch_size
+    num_minibatches = batch_size // size
     device = batch.obs.device
-    totals = torch.zeros(len(UPDATE_STAT_NAMES), device=device)
-    steps_taken = 0
+    loss_totals = torch.zeros(3, device=device)         # policy loss, value loss, entropy
+    ratio_totals = torch.zeros(2, device=device)        # approx KL, clip fraction (per epoch)
+    steps_taken = epochs_taken = 0
     sampler = _PrioritySampler(batch.advantages, settings, generator) if settings.use_per else None
     for _ in range(settings.update_epochs):
-        epoch_kl = torch.zeros((), device=device)
-        if sampler is None:  # shuffle once per epoch; minibatches are then contiguous views
-            shuffled = batch.take(torch.randperm(batch_size, generator=generator, device=device))
+        log_ratios = []
+        if sampler is None:
+            # Shuffle once per epoch; minibatches are then contiguous views, and their advantages
+            # are normalised all at once (row by row: the same as one minibatch at a time).
+            shuffled = batch.take(torch.randperm(batch_size, generator=generator, device=device)[:num_minibatches * size])
+            advantages = shuffled.advantages.view(num_minibatches, size)
+            if settings.norm_adv and size > 1:
+                advantages = _normalize_rows(advantages)
         for index in range(num_minibatches):
             if sampler is None:
-                start = index * settings.mini_batch_size
-                minibatch, value_weights = shuffled.slice(start, start + settings.mini_batch_size), None
+                minibatch = shuffled.slice(index * size, (index + 1) * size)
+                minibatch_advantages, value_weights = advantages[index], None
             else:
                 rows, value_weights = sampler.sample()
                 minibatch = batch.take(rows)
-            stats = _minibatch_step(policy, optimizer, minibatch, value_weights, settings, learning_rate,
-                                    reduce_gradients)
-            totals += stats
-            epoch_kl += stats[3]
+                minibatch_advantages = minibatch.advantages
+                if settings.norm_adv and size > 1:
+                    minibatch_advantages = _normalize_rows(minibatch_advantages)
+            losses, log_ratio = _minibatch_step(policy, optimizer, minibatch, minibatch_advantages, value_weights,
+                                                settings, learning_rate, reduce_gradients)
+            loss_totals += losses
+            log_ratios.append(log_ratio)
             steps_taken += 1
-        if settings.target_kl is not None and (epoch_kl / num_minibatches).item() > settings.target_kl:
+        epoch_ratio_stats = _ratio_statistics(torch.cat(log_ratios), settings.clip_coef)
+        ratio_totals += epoch_ratio_stats
+        epochs_taken += 1
+        if settings.target_kl is not None and epoch_ratio_stats[0].item() > settings.target_kl:
             break
     # One host sync for all statistics.
     return_variance = batch.returns.var()
     residual_variance = (batch.returns - batch.values).var()
-    host = torch.cat((totals / steps_taken, torch.stack((return_variance, residual_variance)))).tolist()
+    host = torch.cat((loss_totals / steps_taken, ratio_totals / epochs_taken,
+                      torch.stack((return_variance, residual_variance)))).tolist()
     result: dict[str, float | None] = dict(zip(UPDATE_STAT_NAMES, host[:-2]))
     result["explained_variance"] = explained_variance(host[-2], host[-1])
     result["gradient_steps"] = steps_taken
     return result
 
 
-def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, value_weights: Tensor | None,
-                    settings: UpdateSettings, learning_rate: float,
-                    reduce_gradients: Callable[[Tensor], None] | None) -> Tensor:
+def _normalize_rows(advantages: Tensor) -> Tensor:
+    """Zero mean and unit standard deviation along the last dimension (each minibatch)."""
+    mean = advantages.mean(-1, keepdim=True)
+    return (advantages - mean) / (advantages.std(-1, keepdim=True) + 1e-8)
+
+
+def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, advantages: Tensor,
+                    value_weights: Tensor | None, settings: UpdateSettings, learning_rate: float,
+                    reduce_gradients: Callable[[Tensor], None] | None) -> tuple[Tensor, Tensor]:
+    """One gradient step; returns (policy loss, value loss, entropy) and log(pi / pi_old) of
+    every sample, detached."""
+    if mlp_grad.supports(policy, settings.clip_vloss):  # the same gradient, written out (faster)
+        losses, log_ratio = mlp_grad.ppo_loss_and_gradient(
+            policy, batch.obs, batch.actions, batch.log_probs, advantages, batch.returns, value_weights,
+            settings.clip_coef, settings.ent_coef, settings.vf_coef, settings.unclipped)
+    else:
+        optimizer.zero_grad()
+        loss, losses, log_ratio = autograd_loss(policy, batch, advantages, value_weights, settings)
+        loss.backward()
+    if reduce_gradients is not None:
+        reduce_gradients(optimizer.flat_grad)
+    optimizer.clip_grad_norm(settings.max_grad_norm)
+    optimizer.step(learning_rate)
+    return losses, log_ratio
+
+
+def autograd_loss(policy: nn.Module, batch: UpdateBatch, advantages: Tensor, value_weights: Tensor | None,
+                  settings: UpdateSettings) -> tuple[Tensor, Tensor, Tensor]:
+    """The PPO loss for autograd: (loss, detached (policy loss, value loss, entropy), detached
+    log(pi / pi_old) per sample)."""
     new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions)
     log_ratio = new_log_prob - batch.log_probs
     ratio = log_ratio.exp()
-
-    advantages = batch.advantages
-    if settings.norm_adv and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
     # Policy loss: the clipped surrogate objective (a2c: the plain policy gradient).
     if settings.unclipped:
@@ -172,19 +211,17 @@ def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, va
 
     entropy_mean = entropy.mean()
     loss = policy_loss - settings.ent_coef * entropy_mean + settings.vf_coef * value_loss
-
-    optimizer.zero_grad()
-    loss.backward()
-    if reduce_gradients is not None:
-        reduce_gradients(optimizer.flat_grad)
-    optimizer.clip_grad_norm(settings.max_grad_norm)
-    optimizer.step(learning_rate)
-
     with torch.no_grad():
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()          # the k3 estimator of KL(old || new)
-        clip_fraction = ((ratio - 1.0).abs() > settings.clip_coef).float().mean()
-        return torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
-                            approx_kl, clip_fraction))
+        return loss, torch.stack((policy_loss, value_loss, entropy_mean)), log_ratio.detach()
+
+
+@torch.no_grad()
+def _ratio_statistics(log_ratio: Tensor, clip_coef: float) -> Tensor:
+    """(approx KL, clip fraction) over samples: how far the update moved the policy."""
+    ratio_minus_one = log_ratio.exp() - 1.0
+    approx_kl = (ratio_minus_one - log_ratio).mean()          # the k3 estimator of KL(old || new)
+    clip_fraction = (ratio_minus_one.abs() > clip_coef).float().mean()
+    return torch.stack((approx_kl, clip_fraction))
 
 
 class _PrioritySampler:
