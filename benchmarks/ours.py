@@ -225,8 +225,9 @@ def _fill_with_random_rollout(buffer, policy, seed: int) -> None:
     device = buffer.obs.device
     sample = policy.sampler()
     buffer.obs.copy_(torch.randn(buffer.obs.shape, generator=generator, device=device) * 0.5)
-    for obs, actions in zip(buffer.obs.unbind(0), buffer.actions.unbind(0)):
-        actions.copy_(sample(obs, generator))
+    noise = sample.noise(buffer.obs.shape[0], buffer.obs.shape[1], generator, device)
+    for obs, actions, step_noise in zip(buffer.obs.unbind(0), buffer.actions.unbind(0), noise.unbind(0)):
+        actions.copy_(sample(obs, step_noise))
     buffer.rewards.fill_(1.0)
     buffer.terminated.copy_(torch.rand(buffer.terminated.shape, generator=generator, device=device) < 0.02)
     buffer.truncated.zero_()

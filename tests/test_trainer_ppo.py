@@ -110,7 +110,8 @@ def test_the_rollout_sampler_follows_the_policy_probabilities():
         policy.actor[-1].weight.mul_(300)
         obs = torch.randn(1, 5).expand(60_000, 5)
         probabilities = policy.actor(obs[:1]).softmax(-1)[0]
-    actions = policy.sampler()(obs, torch.Generator().manual_seed(0))
+    sampler = policy.sampler()
+    actions = sampler(obs, sampler.noise(1, len(obs), torch.Generator().manual_seed(0))[0])
     frequencies = torch.bincount(actions, minlength=3).float() / len(actions)
     torch.testing.assert_close(frequencies, probabilities, atol=0.01, rtol=0)
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (3,)), gymnasium.spaces.Box(-1, 1, (2,)))
@@ -119,7 +120,8 @@ def test_the_rollout_sampler_follows_the_policy_probabilities():
         gaussian.log_std.copy_(torch.tensor([0.3, -0.5]))
         obs = torch.randn(1, 3).expand(50_000, 3)
         mean = gaussian.actor(obs[:1])[0]
-    actions = gaussian.sampler()(obs, torch.Generator().manual_seed(0))
+    sampler = gaussian.sampler()
+    actions = sampler(obs, sampler.noise(1, len(obs), torch.Generator().manual_seed(0))[0])
     torch.testing.assert_close(actions.mean(0), mean, atol=0.02, rtol=0)
     torch.testing.assert_close(actions.std(0), torch.tensor([0.3, -0.5]).exp(), atol=0.02, rtol=0)
 
@@ -191,7 +193,8 @@ def test_the_written_out_gradient_equals_autograd(model_type, action_space, uncl
     size = 96
     obs = torch.randn(size, 6)
     with torch.no_grad():
-        actions = policy.sampler()(obs, torch.Generator().manual_seed(1))
+        sampler = policy.sampler()
+        actions = sampler(obs, sampler.noise(1, size, torch.Generator().manual_seed(1))[0])
         old_log_probs = policy.score(obs, actions)[0] + 0.3 * torch.randn(size)  # ratios in and out of the clip range
     batch = UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=torch.randn(size),
                         returns=torch.randn(size), values=torch.randn(size))

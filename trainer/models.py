@@ -194,9 +194,12 @@ class ActorCritic(nn.Module):
         value = self.critic(critic_input).squeeze(-1)
         if deterministic:
             action = head.argmax(-1) if self.discrete else head
+        elif self.discrete:  # inverse-CDF sampling: a few elementwise ops, cheaper than torch.multinomial
+            uniform = torch.rand((head.shape[0], 1), generator=generator, device=head.device)
+            action = (head.softmax(-1).cumsum_(-1) < uniform).sum(-1).clamp_(max=head.shape[-1] - 1)
         else:
-            action = sample_action(head, self.discrete, self.log_std.exp() if not self.discrete else None,
-                                   generator)
+            noise = torch.randn(head.shape, generator=generator, device=head.device, dtype=head.dtype)
+            action = noise.mul_(self.log_std.exp()).add_(head)
         return action, self._log_prob(head, action), value
 
     def sampler(self) -> "ActionSampler":
@@ -243,17 +246,6 @@ class ActorCritic(nn.Module):
         return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
 
 
-def sample_action(head: Tensor, discrete: bool, std: Tensor | None,
-                  generator: torch.Generator | None) -> Tensor:
-    """An action drawn from the policy head: categorical over logits, or Gaussian around the mean."""
-    if discrete:  # inverse-CDF sampling: a few elementwise ops, cheaper than torch.multinomial
-        uniform = torch.rand((head.shape[0], 1), generator=generator, device=head.device)
-        cumulative = head.softmax(-1).cumsum_(-1)
-        return (cumulative < uniform).sum(-1).clamp_(max=head.shape[-1] - 1)
-    noise = torch.randn(head.shape, generator=generator, device=head.device, dtype=head.dtype)
-    return noise.mul_(std).add_(head)
-
-
 class FoldedMLP:
     """A no-grad copy of one of the MLPs (Linear, Tanh, ..., Linear) for a batch of inputs,
     with each hidden layer's tanh folded into the layer that follows, using
@@ -296,19 +288,36 @@ class ActionSampler:
     """The actor for the rollout: actions only, no gradients, from a snapshot of the weights
     (`FoldedMLP` for the MLP policies; convolutional ones use their own forward pass). The
     log-probabilities and values the update needs are computed afterwards for the whole
-    rollout at once (`ActorCritic.score`)."""
+    rollout at once (`ActorCritic.score`).
+
+    The randomness of a whole rollout is drawn up front (`noise`), so that each step adds it
+    to the head: argmax(logits + Gumbel noise) is a sample of softmax(logits) (the Gumbel-max
+    trick), and mean + std * normal noise one of the Gaussian policy.
+    """
 
     def __init__(self, policy: ActorCritic):
         self.policy = policy
         self.discrete = policy.discrete
+        action = policy.spec["action"]
+        self.head_size = action["n"] if self.discrete else action["dim"]
         self.std = None if policy.discrete else policy.log_std.detach().exp()
         self.actor = FoldedMLP(policy.actor) if policy.torso is None else None
 
+    def noise(self, steps: int, num_envs: int, generator: torch.Generator | None = None,
+              device: torch.device | str = "cpu") -> Tensor:
+        """(steps, num_envs, head size) noise for `steps` batches of actions."""
+        shape = (steps, num_envs, self.head_size)
+        if self.discrete:  # Gumbel(0, 1) = -log(-log(U)), U uniform in [0, 1)
+            return torch.rand(shape, generator=generator, device=device).log_().neg_().log_().neg_()
+        return torch.randn(shape, generator=generator, device=device)
+
     @torch.no_grad()
-    def __call__(self, obs: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Sampled actions for a batch of (normalised) observations."""
+    def __call__(self, obs: Tensor, noise: Tensor) -> Tensor:
+        """Sampled actions for a batch of (normalised) observations and one step of `noise`."""
         if self.actor is None:
             head = self.policy.actor(self.policy._features(obs)[0])
         else:
             head = self.actor(obs.reshape(obs.shape[0], -1))
-        return sample_action(head, self.discrete, self.std, generator)
+        if self.discrete:
+            return head.add_(noise).argmax(-1)
+        return head.addcmul_(noise, self.std)

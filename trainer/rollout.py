@@ -64,12 +64,14 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
     accumulate the new observations (see normalization.py)."""
     normalizer = policy.obs_normalizer
     sample = policy.sampler()
-    steps = zip(buffer.obs.unbind(0), buffer.actions.unbind(0), buffer.rewards.unbind(0),
+    num_steps, num_envs = buffer.rewards.shape
+    noise = sample.noise(num_steps, num_envs, generator, buffer.rewards.device)
+    steps = zip(noise.unbind(0), buffer.obs.unbind(0), buffer.actions.unbind(0), buffer.rewards.unbind(0),
                 buffer.terminated.unbind(0), buffer.truncated.unbind(0), buffer.final_obs.unbind(0))
-    for obs_out, action_out, reward_out, terminated_out, truncated_out, final_obs_out in steps:
+    for step_noise, obs_out, action_out, reward_out, terminated_out, truncated_out, final_obs_out in steps:
         obs = next_obs if normalizer is None else normalizer.normalize(next_obs)
         obs_out.copy_(obs)
-        action = sample(obs, generator)
+        action = sample(obs, step_noise)
         action_out.copy_(action)
         next_obs, reward, terminated, truncated, info = env.step(policy.env_action(action))
         if reward_scaler is not None:
