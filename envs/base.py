@@ -58,8 +58,12 @@ class EpisodeStats:
     """Running and finished-episode statistics of a batch of envs, kept on the device.
 
     `update` is called by the env inside every `step`; it only does tensor ops (no `.item()`,
-    no boolean indexing), so it never makes the device wait for the host. `drain` copies the
-    totals to the host once and restarts the since-last-drain counters.
+    no boolean indexing), so it never makes the device wait for the host. It is also only five
+    ops, as on a CPU with few envs each op costs microseconds whatever its size: a step writes
+    the values of the episodes that finished into a row of a `StepLog`, and `flush` folds the
+    whole log into the totals, the maxima and the recent-episodes window, a dozen ops every
+    `StepLog.capacity` steps. `drain` flushes, copies the totals to the host once and restarts
+    the since-last-drain counters.
     """
 
     def __init__(self, num_envs: int, device: torch.device | str, history: int = RECENT_EPISODES):
@@ -68,18 +72,20 @@ class EpisodeStats:
         self.history = history
         # Rows: return, length, score. One (3, N) tensor so that each update is a few ops.
         self.running = torch.zeros(3, num_envs, device=self.device)
-        # Per-env totals of the episodes finished since the last drain: elementwise updates
-        # are cheaper than reducing over the batch every step; drain() sums them. float32 is
-        # exact for counts and lengths below 2**24 per env between two drains.
-        self._finished_count = torch.zeros(num_envs, device=self.device)
-        self._finished_sums = torch.zeros(3, num_envs, device=self.device)
-        self._finished_max = torch.full((3, num_envs), -math.inf, device=self.device)
-        self._minus_inf = torch.tensor(-math.inf, device=self.device)
-        # Ring buffer of the last `history` finished episodes (rows as `running`). Column
-        # `history` is scratch: it absorbs the writes of the unused slots of a step.
+        self._running_rows = self.running.unbind(0)  # views, made once rather than every step
+        self._one = torch.ones((), device=self.device)  # a tensor operand is cheaper than 1.0
+        self._log = StepLog(num_envs, self.device)
+        # Episodes finished since the last drain, up to the last flush; the sums over all envs
+        # are float64 (float32 is exact for integers below 2**24 only).
+        self._episode_count = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._episode_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        self._episode_max = torch.full((2,), -math.inf, device=self.device)  # return, score
+        # Ring buffer of the last `history` finished episodes (rows as `running`): the episode
+        # finished k-th ever is in column k % history. Column `history` is scratch: it absorbs
+        # the writes of the unused slots of a flush.
         self._recent = torch.zeros(3, history + 1, device=self.device)
         self._recent_written = torch.zeros((), dtype=torch.int64, device=self.device)
-        self._slot_offsets = torch.arange(history, device=self.device)
+        self._newest_first = torch.arange(history, device=self.device)
         self._scratch_slot = torch.tensor(history, device=self.device)
 
     @property
@@ -109,33 +115,59 @@ class EpisodeStats:
         on this step (terminated or truncated); its totals are recorded and its running
         values restart from zero.
         """
-        self.running[0].add_(reward)
-        self.running[1].add_(1.0)
-        self.running[2].copy_(score)
-        done_float = done.to(torch.float32)
-        self._finished_count.add_(done_float)
-        self._finished_sums.addcmul_(self.running, done_float)
-        torch.maximum(self._finished_max, torch.where(done, self.running, self._minus_inf), out=self._finished_max)
-        self._record_recent(done)
-        self.running.mul_(1.0 - done_float)
+        running_return, running_length, running_score = self._running_rows
+        running_return.add_(reward)
+        running_length.add_(self._one)
+        running_score.copy_(score)
+        finished = torch.mul(self.running, done, out=self._log.next_row())  # 0 where not done
+        self.running.sub_(finished)  # finished envs restart from 0 (x - x), the rest keep x (x - 0)
+        if self._log.is_full():
+            self.flush()
 
-    def _record_recent(self, done: Tensor) -> None:
-        # Up to `history` finished envs (a fixed-size nonzero, so no host sync) take the next
-        # ring slots; unused slots write into the scratch column.
-        finished_envs = torch.nonzero_static(done, size=self.history, fill_value=-1).squeeze(1)
-        used = finished_envs >= 0
-        slots = torch.remainder(self._recent_written + self._slot_offsets, self.history)
-        slots = torch.where(used, slots, self._scratch_slot)
-        self._recent[:, slots] = self.running[:, finished_envs.clamp(min=0)]
-        self._recent_written.add_(used.sum())
+    def flush(self) -> None:
+        """Fold the logged steps into the finished-episode totals (tensor ops only, no host sync).
+
+        `update` and `drain` call it; call it too before copying this object's tensors (as a
+        checkpoint does), since the log is not one of them.
+        """
+        finished = self._log.take()
+        if finished is None:
+            return
+        # Sums per env first (a few episodes each: exact for whole numbers), then over envs.
+        self._episode_sums.add_(finished.sum(dim=1).sum(dim=1, dtype=torch.float64))
+        finished = finished.flatten(1)  # (3, steps * N): step by step, env by env
+        done = finished[1].bool()  # a finished episode lasted at least one step; the rest are 0
+        count = done.sum()
+        self._episode_count.add_(count)
+        self._record_recent(finished, done, count)
+        # Maxima of the finished episodes only: add 0 to them and -inf to the other entries
+        # (1 - 1/x for x = 1 or 0). In place, now that the ring buffer has its values, as the
+        # log is scratch once taken: arithmetic rather than torch.where, and no new tensor of
+        # the log's size, are several times faster on a CPU (big new tensors cost page faults).
+        exclude_others = finished[1].clamp_(max=1.0).reciprocal_().neg_().add_(1.0)
+        return_and_score = finished[0::2].add_(exclude_others)
+        torch.maximum(self._episode_max, return_and_score.amax(dim=1), out=self._episode_max)
+
+    def _record_recent(self, finished: Tensor, done: Tensor, count: Tensor) -> None:
+        # The newest `history` finished episodes of the block come first in the reversed block
+        # (a fixed-size nonzero, so no host sync); the i-th newest is episode number
+        # written + count - 1 - i. Unused slots write into the scratch column.
+        newest = torch.nonzero_static(done.flip(0), size=self.history, fill_value=-1).squeeze(1)
+        used = newest >= 0
+        positions = (done.numel() - 1 - newest).clamp_(max=done.numel() - 1)
+        episode_numbers = (self._recent_written + count - 1) - self._newest_first
+        slots = torch.where(used, episode_numbers.remainder_(self.history), self._scratch_slot)
+        self._recent[:, slots] = finished[:, positions]
+        self._recent_written.add_(count)
 
     def drain(self) -> EpisodeSummary:
         """Summarise the episodes finished since the last drain (one host sync) and restart."""
+        self.flush()
         totals = torch.cat(
             (
-                self._finished_count.sum(dtype=torch.float64).reshape(1),
-                self._finished_sums.sum(dim=1, dtype=torch.float64),
-                self._finished_max.amax(dim=1).double(),
+                self._episode_count.double().reshape(1),
+                self._episode_sums,
+                self._episode_max.double(),
                 self._recent_written.double().reshape(1),
                 self._recent[:, : self.history].double().flatten(),
             )
@@ -143,12 +175,12 @@ class EpisodeStats:
         host = totals.cpu().numpy()  # the one host sync
         count = int(round(host[0]))
         sum_return, sum_length, sum_score = host[1:4].tolist()
-        max_return, _, max_score = host[4:7].tolist()
-        written = int(round(host[7]))
-        recent = host[8:].reshape(3, self.history)[:, : min(written, self.history)]
-        self._finished_count.zero_()
-        self._finished_sums.zero_()
-        self._finished_max.fill_(-math.inf)
+        max_return, max_score = host[4:6].tolist()
+        written = int(round(host[6]))
+        recent = host[7:].reshape(3, self.history)[:, : min(written, self.history)]
+        self._episode_count.zero_()
+        self._episode_sums.zero_()
+        self._episode_max.fill_(-math.inf)
         has_recent = recent.shape[1] > 0
         return EpisodeSummary(
             count=count,
@@ -161,6 +193,43 @@ class EpisodeStats:
             recent_score_mean=float(recent[2].mean()) if has_recent else None,
             recent_length_mean=float(recent[1].mean()) if has_recent else None,
         )
+
+
+class StepLog:
+    """The (return, length, score) of the episodes that finished in each of the last few steps.
+
+    One (3, N) row per step, holding a finished episode's values in its env's column and zeros
+    elsewhere, so that `EpisodeStats` reduces many steps at once. It is deliberately not a
+    tensor attribute of `EpisodeStats`: checkpoints copy those, and `flush()` empties this.
+    """
+
+    MAX_STEPS = 32
+    MAX_ELEMENTS = 1 << 22  # 16 MB of float32: with very many envs, fewer steps per flush
+
+    def __init__(self, num_envs: int, device: torch.device):
+        self.capacity = max(1, min(self.MAX_STEPS, self.MAX_ELEMENTS // (3 * num_envs)))
+        self._values = torch.zeros(3, self.capacity, num_envs, device=device)
+        self._rows = self._values.unbind(1)
+        self._steps = 0
+
+    def next_row(self) -> Tensor:
+        """The (3, N) row to write this step's values into."""
+        row = self._rows[self._steps]
+        self._steps += 1
+        return row
+
+    def is_full(self) -> bool:
+        return self._steps == self.capacity
+
+    def take(self) -> Tensor | None:
+        """(3, steps, N) values logged since the last take (None if none): a view of the log,
+        which starts again from its first row, so the caller may use it as scratch until the
+        next `next_row`."""
+        if self._steps == 0:
+            return None
+        values = self._values[:, : self._steps]
+        self._steps = 0
+        return values
 
 
 class UniformNoise:
@@ -179,17 +248,30 @@ class UniformNoise:
         self._bits = torch.empty(num_envs, dtype=torch.int64, device=device)
         shifts = torch.arange(4, device=device, dtype=torch.int64) * self.FIELD_BITS
         self._shifts = shifts.reshape(4, 1)
+        self._field_mask = torch.tensor((1 << self.FIELD_BITS) - 1, device=device)
+        self._affine: dict[tuple[float, float], tuple[Tensor, Tensor]] = {}
 
     def draw(self, num_fields: int, low: float = 0.0, high: float = 1.0, per_env: bool = False) -> Tensor:
         """(num_fields, N) float32 values uniform in [low, high); (N, num_fields) if per_env."""
         self._bits.random_(generator=self.generator)
-        if per_env:
-            fields = self._bits.unsqueeze(1) >> self._shifts[:num_fields].t()
+        fields = (self._bits >> self._shifts[:num_fields]).bitwise_and_(self._field_mask)
+        scale, offset = self._scale_and_offset(low, high)
+        if per_env:  # written transposed, so that each env's fields lie together
+            values = torch.empty(self._bits.shape[0], num_fields, device=self._bits.device)
+            torch.mul(fields, scale, out=values.t())
         else:
-            fields = self._bits >> self._shifts[:num_fields]
-        fields.bitwise_and_((1 << self.FIELD_BITS) - 1)
-        scale = (high - low) / (1 << self.FIELD_BITS)
-        return fields.to(torch.float32).mul_(scale).add_(low)
+            values = torch.mul(fields, scale)
+        return values.add_(offset)
+
+    def _scale_and_offset(self, low: float, high: float) -> tuple[Tensor, Tensor]:
+        # float32 tensors, made once per range: a Python number operand costs as much as the op
+        # with few envs, and gives the same float32 arithmetic.
+        if (low, high) not in self._affine:
+            self._affine[(low, high)] = (
+                torch.tensor((high - low) / (1 << self.FIELD_BITS), dtype=torch.float32, device=self._bits.device),
+                torch.tensor(low, dtype=torch.float32, device=self._bits.device),
+            )
+        return self._affine[(low, high)]
 
 
 def resolve_device(device: torch.device | str) -> torch.device:

@@ -178,8 +178,11 @@ def capture_env_state(env) -> dict | None:
     return None, and a resumed run starts them on fresh episodes."""
     if type(env).__module__.startswith("envs.gym_vec"):
         return None
+    stats = getattr(env, "stats", None)
+    if hasattr(stats, "flush"):
+        stats.flush()  # EpisodeStats keeps its last steps in a log that is not a tensor attribute
     state: dict[str, Tensor] = {}
-    for prefix, owner in (("env", env), ("stats", getattr(env, "stats", None))):
+    for prefix, owner in (("env", env), ("stats", stats)):
         if owner is None:
             continue
         for name, value in vars(owner).items():
