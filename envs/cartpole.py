@@ -77,16 +77,17 @@ class CartPoleVecEnv(VecEnv):
         self.single_action_space = gymnasium.spaces.Discrete(2)
         self.state = torch.zeros(num_envs, 4, device=self.device, dtype=self.state_dtype)
         self.episode_length = torch.zeros(num_envs, device=self.device)
+        self._constants = _Constants(self.state_dtype, self.device, max_episode_steps)
         self._noise = UniformNoise(num_envs, self.generator, self.device)
         self._screen = None
         self.reset()
 
     def _random_start_states(self) -> Tensor:
-        """(4, N) fresh start states, uniform in (-0.05, 0.05), one column per env."""
-        return self._noise.draw(4, -RESET_NOISE, RESET_NOISE).to(self.state_dtype)
+        """(N, 4) fresh start states, uniform in (-0.05, 0.05), one row per env."""
+        return self._noise.draw(4, -RESET_NOISE, RESET_NOISE, per_env=True).to(self.state_dtype)
 
     def _reset_all(self) -> Tensor:
-        self.state = self._random_start_states().t().contiguous()
+        self.state = self._random_start_states()
         self.episode_length.zero_()
         return self.state.to(torch.float32)
 
@@ -98,30 +99,33 @@ class CartPoleVecEnv(VecEnv):
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         actions = self._discrete_actions(actions)
+        c = self._constants
         # Every step writes new tensors (the caller may keep the ones returned last time).
-        x, x_velocity, angle, angular_velocity = self.state.unbind(1)
-        force = actions.to(self.state_dtype).mul_(2 * FORCE_MAGNITUDE).sub_(FORCE_MAGNITUDE)  # 0 -> -10, 1 -> +10
+        _, x_velocity, angle, angular_velocity = self.state.unbind(1)
+        force = torch.mul(actions, c.twice_force).sub_(c.force)  # action 0 -> -10, 1 -> +10
         cos_angle = torch.cos(angle)
         sin_angle = torch.sin(angle)
-        # The same expressions, in the same order, as gymnasium/envs/classic_control/cartpole.py.
-        temp = force.add_(POLE_MASS_LENGTH * angular_velocity.square() * sin_angle).div_(TOTAL_MASS)
-        angular_acceleration = (GRAVITY * sin_angle).sub_(cos_angle * temp).div_(
-            cos_angle.square().mul_(POLE_MASS).div_(TOTAL_MASS).neg_().add_(4.0 / 3.0).mul_(POLE_HALF_LENGTH)
-        )
-        x_acceleration = temp.sub_((POLE_MASS_LENGTH * angular_acceleration).mul_(cos_angle).div_(TOTAL_MASS))
-        final_state = torch.empty_like(self.state)
-        new_x, new_x_velocity, new_angle, new_angular_velocity = final_state.unbind(1)
-        torch.add(x, SECONDS_PER_STEP * x_velocity, out=new_x)
-        torch.add(x_velocity, SECONDS_PER_STEP * x_acceleration, out=new_x_velocity)
-        torch.add(angle, SECONDS_PER_STEP * angular_velocity, out=new_angle)
-        torch.add(angular_velocity, SECONDS_PER_STEP * angular_acceleration, out=new_angular_velocity)
+        # gymnasium/envs/classic_control/cartpole.py, rounded the same way (only the operands of
+        # + and * are swapped, which changes no bit):
+        #   temp = (force + pole_mass_length * angular_velocity**2 * sin) / total_mass
+        #   angular_acceleration = (gravity * sin - cos * temp)
+        #                          / (half_length * (4/3 - pole_mass * cos**2 / total_mass))
+        #   x_acceleration = temp - pole_mass_length * angular_acceleration * cos / total_mass
+        temp = angular_velocity.square().mul_(c.pole_mass_length).mul_(sin_angle).add_(force).div_(c.total_mass)
+        denominator = (c.four_thirds - cos_angle.square().mul_(c.pole_mass).div_(c.total_mass)).mul_(c.half_length)
+        angular_acceleration = (sin_angle * c.gravity).sub_(cos_angle * temp).div_(denominator)
+        x_acceleration = temp.sub_((angular_acceleration * c.pole_mass_length).mul_(cos_angle).div_(c.total_mass))
+        # Euler: x + tau * dx/dt for the four state variables at once.
+        derivatives = torch.stack((x_velocity, x_acceleration, angular_velocity, angular_acceleration), dim=1)
+        final_state = derivatives.mul_(c.seconds_per_step).add_(self.state)
 
-        terminated = (new_x.abs() > POSITION_LIMIT).logical_or_(new_angle.abs() > ANGLE_LIMIT_RADIANS)
-        self.episode_length.add_(1.0)
-        truncated = self.episode_length >= self.max_episode_steps
+        new_x, _, new_angle, _ = final_state.unbind(1)
+        terminated = (new_x.abs() > c.position_limit).logical_or_(new_angle.abs() > c.angle_limit)  # 2.4, 12 deg
+        self.episode_length.add_(c.one)
+        truncated = self.episode_length >= c.max_episode_steps
         done = terminated | truncated
         if self.sutton_barto_reward:
-            reward = torch.where(terminated, -1.0, 0.0)
+            reward = torch.where(terminated, c.minus_one, c.zero)
         else:
             reward = torch.ones(self.num_envs, device=self.device)
         self.stats.update(reward, self.episode_length, done)
@@ -131,13 +135,9 @@ class CartPoleVecEnv(VecEnv):
             self.state = final_state
             final_obs = final_state.to(torch.float32)
             return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
-        start_states = self._random_start_states()
-        obs = torch.empty_like(final_state)
-        for column, (start, final) in enumerate(zip(start_states, final_state.unbind(1))):
-            torch.where(done, start, final, out=obs[:, column])  # 4 columns, not a loop over envs
-        self.episode_length.mul_((~done).to(torch.float32))
-        self.state = obs
-        return obs.to(torch.float32), reward, terminated, truncated, {"final_obs": final_state.to(torch.float32)}
+        self.state = torch.where(done.unsqueeze(1), self._random_start_states(), final_state)
+        self.episode_length.masked_fill_(done, 0.0)
+        return self.state.to(torch.float32), reward, terminated, truncated, {"final_obs": final_state.to(torch.float32)}
 
     def game_score(self) -> Tensor:
         """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
@@ -153,6 +153,35 @@ class CartPoleVecEnv(VecEnv):
 
     def close(self) -> None:
         self._screen = None
+
+
+class _Constants:
+    """The numbers `step` computes with, as 0-dim tensors of the state dtype on the env's device.
+
+    With few envs an op costs microseconds whatever its size, and torch wraps a Python number
+    operand in a new tensor every time, which makes the op about twice as slow; a tensor
+    operand computes the same (the number is rounded to the state dtype either way).
+    """
+
+    def __init__(self, dtype: torch.dtype, device: torch.device, max_episode_steps: int):
+        def constant(value: float, constant_dtype: torch.dtype = dtype) -> Tensor:
+            return torch.tensor(value, dtype=constant_dtype, device=device)
+
+        self.gravity = constant(GRAVITY)
+        self.total_mass = constant(TOTAL_MASS)
+        self.pole_mass = constant(POLE_MASS)
+        self.half_length = constant(POLE_HALF_LENGTH)
+        self.pole_mass_length = constant(POLE_MASS_LENGTH)
+        self.four_thirds = constant(4.0 / 3.0)
+        self.seconds_per_step = constant(SECONDS_PER_STEP)
+        self.force = constant(FORCE_MAGNITUDE)
+        self.twice_force = constant(2 * FORCE_MAGNITUDE)
+        self.position_limit = constant(POSITION_LIMIT)
+        self.angle_limit = constant(ANGLE_LIMIT_RADIANS)
+        self.one = constant(1.0, torch.float32)  # episode lengths and rewards are float32
+        self.zero = constant(0.0, torch.float32)
+        self.minus_one = constant(-1.0, torch.float32)
+        self.max_episode_steps = constant(max_episode_steps, torch.float32)
 
 
 def draw_cartpole(state: np.ndarray, width: int = 600, height: int = 400) -> np.ndarray:

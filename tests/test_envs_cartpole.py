@@ -120,6 +120,22 @@ def test_auto_reset_returns_new_episode_and_keeps_final_obs():
     assert summary.return_max == max(finished_lengths)
 
 
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_step_returns_new_contiguous_tensors_the_next_step_leaves_alone(precision):
+    """The caller may keep what step() returned (the rollout buffer does): later steps must not
+    write into it, and observations are contiguous float32 (N, 4) either way."""
+    env = CartPoleVecEnv(8, seed=0, precision=precision)
+    pushes = torch.ones(8, dtype=torch.int64)
+    kept = env.step(pushes)
+    copies = [kept[0].clone(), kept[1].clone(), kept[2].clone(), kept[3].clone(), kept[4]["final_obs"].clone()]
+    for _ in range(30):  # every env falls and restarts at least once
+        env.step(pushes)
+    for tensor, copy in zip([*kept[:4], kept[4]["final_obs"]], copies):
+        assert torch.equal(tensor, copy)
+    for obs in (kept[0], kept[4]["final_obs"]):
+        assert obs.dtype == torch.float32 and obs.shape == (8, 4) and obs.is_contiguous()
+
+
 def test_observation_and_action_spaces_match_gymnasium():
     env = make_vec_env("cartpole", 2)
     reference = gymnasium.make("CartPole-v1")
