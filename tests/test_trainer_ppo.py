@@ -88,19 +88,20 @@ def test_categorical_sampling_follows_the_policy_probabilities():
 
 
 @pytest.mark.parametrize("model_type", ["ppo-small", "ppo-medium", "ppo-large"])
-def test_the_rollout_actor_and_scoring_compute_the_same_function_as_the_networks(model_type):
+def test_the_rollout_actor_and_scoring_compute_the_same_function_as_the_networks(model_type, test_device):
     spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (7,)), gymnasium.spaces.Discrete(3))
     torch.manual_seed(0)
-    policy = build_policy(spec)
+    policy = build_policy(spec).to(test_device)
     with torch.no_grad():
         for parameter in policy.parameters():  # trained-looking weights, not the init
             parameter.add_(0.3 * torch.randn_like(parameter))
-        obs = 3 * torch.randn(500, 7)
+        obs = 3 * torch.randn(500, 7, device=test_device)
         logits, values = policy.actor(obs), policy.critic(obs).squeeze(-1)
     torch.testing.assert_close(FoldedMLP(policy.actor)(obs), logits, rtol=1e-4, atol=1e-4)
-    actions = torch.randint(0, 3, (500,))
+    actions = torch.randint(0, 3, (500,), device=test_device)
     log_probs, scored_values = policy.score(obs, actions)
-    torch.testing.assert_close(log_probs, logits.log_softmax(-1)[torch.arange(500), actions], rtol=1e-4, atol=1e-4)
+    expected_log_probs = logits.log_softmax(-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(log_probs, expected_log_probs, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(scored_values, values, rtol=1e-4, atol=1e-4)
 
 
@@ -180,25 +181,30 @@ def test_running_mean_std_merges_batches_exactly():
     ("ppo-small", gymnasium.spaces.Discrete(2), True, False),
     ("ppo-medium", gymnasium.spaces.Box(-1, 1, (2,)), False, True),
 ])
-def test_the_written_out_gradient_equals_autograd(model_type, action_space, unclipped, weighted):
+def test_the_written_out_gradient_equals_autograd(model_type, action_space, unclipped, weighted, test_device):
     from trainer import mlp_grad
     from trainer.ppo import UpdateBatch, UpdateSettings, autograd_loss
 
     spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (6,)), action_space)
     torch.manual_seed(0)
-    policy = build_policy(spec)
+    policy = build_policy(spec).to(test_device)
     with torch.no_grad():
         for parameter in policy.parameters():
             parameter.add_(0.2 * torch.randn_like(parameter))
     size = 96
-    obs = torch.randn(size, 6)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=test_device)
+
+    obs = randn(size, 6)
     with torch.no_grad():
         sampler = policy.sampler()
-        actions = sampler(obs, sampler.noise(1, size, torch.Generator().manual_seed(1))[0])
-        old_log_probs = policy.score(obs, actions)[0] + 0.3 * torch.randn(size)  # ratios in and out of the clip range
-    batch = UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=torch.randn(size),
-                        returns=torch.randn(size), values=torch.randn(size))
-    weights = torch.rand(size) if weighted else None
+        generator = torch.Generator(device=test_device).manual_seed(1)
+        actions = sampler(obs, sampler.noise(1, size, generator, test_device)[0])
+        old_log_probs = policy.score(obs, actions)[0] + 0.3 * randn(size)  # ratios in and out of the clip range
+    batch = UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=randn(size),
+                        returns=randn(size), values=randn(size))
+    weights = torch.rand(size, device=test_device) if weighted else None
     settings = UpdateSettings(update_epochs=1, mini_batch_size=size, clip_coef=0.2, clip_vloss=False, norm_adv=True,
                               ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, unclipped=unclipped,
                               use_per=False, per_alpha=0.6, per_beta=0.4)

@@ -6,13 +6,15 @@ from trainer.models import build_policy, make_policy_spec
 from trainer.rollout import RolloutBuffer, collect_rollout, score_rollout
 
 
-def test_a_scored_rollout_holds_consistent_steps_pi_old_v_old_and_time_limit_bootstraps():
+def test_a_scored_rollout_holds_consistent_steps_pi_old_v_old_and_time_limit_bootstraps(test_device):
     gamma, num_steps, num_envs = 0.9, 60, 8
-    env = CartPoleVecEnv(num_envs, seed=3, max_episode_steps=20)  # truncations and terminations
-    policy = build_policy(make_policy_spec("ppo-small", env.single_observation_space, env.single_action_space))
-    buffer = RolloutBuffer.allocate(num_steps, num_envs, (4,), policy, torch.device("cpu"))
+    env = CartPoleVecEnv(num_envs, device=test_device, seed=3, max_episode_steps=20)  # truncations and terminations
+    spec = make_policy_spec("ppo-small", env.single_observation_space, env.single_action_space)
+    policy = build_policy(spec).to(test_device)
+    buffer = RolloutBuffer.allocate(num_steps, num_envs, (4,), policy, torch.device(test_device))
     start_obs = env.reset(seed=3)
-    next_obs = collect_rollout(env, policy, buffer, start_obs, torch.Generator().manual_seed(0), None)
+    generator = torch.Generator(device=test_device).manual_seed(0)
+    next_obs = collect_rollout(env, policy, buffer, start_obs, generator, None)
     score_rollout(policy, buffer, gamma)
 
     assert torch.equal(buffer.obs[0], start_obs)
@@ -29,6 +31,6 @@ def test_a_scored_rollout_holds_consistent_steps_pi_old_v_old_and_time_limit_boo
     torch.testing.assert_close(buffer.values.reshape(-1), value, rtol=1e-4, atol=1e-5)
     # reward 1 per step, plus gamma * V(final obs) where only the time limit ended the episode.
     cut = buffer.truncated & ~buffer.terminated
-    expected = torch.ones(num_steps, num_envs) + torch.where(cut, gamma * final_values, 0.0)
+    expected = 1.0 + torch.where(cut, gamma * final_values, 0.0)
     torch.testing.assert_close(buffer.rewards, expected, rtol=1e-4, atol=1e-5)
     assert next_obs.shape == (num_envs, 4)
