@@ -33,6 +33,20 @@ def test_continuous_actions_through_the_gymnasium_adapter(tmp_path):
     assert model.policy.obs_normalizer is not None and float(model.policy.obs_normalizer.count) > 100
 
 
+def test_a_convolutional_policy_trains_on_grid_observations(tmp_path):
+    # The rollout's convolutional path (no folded MLP), the rollout scoring and the autograd update.
+    config = load_config(None, TINY + ["env_name=snake", "env_kwargs={obs: grid, grid_size: 8}",
+                                       "model_type=ppo-cnn", "total_timesteps=128"])
+    result = train(config, tmp_path / "run")
+    metrics = result.last_metrics
+    assert metrics["gradient_steps"] == 2 and np.isfinite(metrics["policy_loss"])
+    # The second minibatch sees the policy the first one moved: pi / pi_old is no longer 1.
+    assert metrics["approx_kl"] > 0
+    model = load_model(result.final_model)
+    action, _ = model.predict(np.zeros(tuple(model.policy.spec["obs_shape"]), dtype=np.float32))
+    assert 0 <= int(action) < model.policy.spec["action"]["n"]
+
+
 def test_lr_scaling_sqrt_scales_from_the_reference_batch(tmp_path):
     config = load_config(None, TINY + ["total_timesteps=64", "lr_scaling=sqrt", "lr_reference_batch=8",
                                        "learning_rate=1e-3", "anneal_lr=false"])
