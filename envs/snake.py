@@ -314,7 +314,7 @@ class SnakeVecEnv(VecEnv):
         self._rebase_board()
         board = self.board.view(-1)
         move = self.heading * self._actions_per_heading + actions
-        heading = self._new_heading.index_select(0, move)
+        heading = self._new_heading.index_select(0, move)  # written into self.heading below
         new_cell = self.head + self._move_of.index_select(0, move)
         new_cell_read = new_cell + self._env_base
 
@@ -328,7 +328,7 @@ class SnakeVecEnv(VecEnv):
         head_write = torch.where(alive, new_cell_read, self._env_scratch)  # a crashed head stays put
         board.index_copy_(0, head_write, self.length.to(self._board_dtype).add_(self.clock))
         torch.where(alive, new_cell, self.head, out=self.head)
-        self.heading = heading
+        self.heading.copy_(heading)  # in place (tests/test_envs_inference_mode.py says why)
         score = self.score.add_(eats)
         self.steps_without_food.add_(1.0).masked_fill_(eats, 0.0)
 

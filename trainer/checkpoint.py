@@ -203,10 +203,16 @@ def restore_env_state(env, state: dict) -> None:
             continue
         current = getattr(owner, name, None)
         value = value.to(env.device) if value.device != env.device else value
-        if isinstance(current, Tensor) and current.shape == value.shape and current.dtype == value.dtype:
+        if (isinstance(current, Tensor) and current.shape == value.shape and current.dtype == value.dtype
+                and not _is_broadcast(current)):
             current.copy_(value)  # in place: keeps any views the env holds
         else:
             setattr(owner, name, value.clone())
+
+
+def _is_broadcast(tensor: Tensor) -> bool:
+    """An expanded tensor (several elements share one memory location) cannot be written in place."""
+    return any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape))
 
 
 # ---------------------------------------------------------------------------------------------

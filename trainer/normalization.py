@@ -26,9 +26,11 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(EPSILON, dtype=torch.float64))
-        # Sums of the batch being accumulated (not saved: they are empty between updates).
-        self._sum: Tensor | None = None
-        self._sum_squares: Tensor | None = None
+        # Sums of the batch being accumulated (not saved: they are empty between updates). Made
+        # here and only ever updated in place, so that accumulating inside the rollout's
+        # torch.inference_mode() never turns them into inference tensors.
+        self.register_buffer("_sum", torch.zeros(shape, dtype=torch.float64), persistent=False)
+        self.register_buffer("_sum_squares", torch.zeros(shape, dtype=torch.float64), persistent=False)
         self._batch_count = 0
         self._scale: Tensor | None = None
         self._shift: Tensor | None = None
@@ -46,15 +48,12 @@ class RunningMeanStd(nn.Module):
     def accumulate(self, x: Tensor) -> None:
         """Add a batch (N, *shape) to the pending sums (device ops only)."""
         x = x.double()
-        if self._sum is None:
-            self._sum = torch.zeros_like(self.mean)
-            self._sum_squares = torch.zeros_like(self.mean)
         self._sum.add_(x.sum(0))
         self._sum_squares.add_(x.square().sum(0))
         self._batch_count += x.shape[0]
 
     def pending(self) -> tuple[Tensor, Tensor, int] | None:
-        if self._sum is None or self._batch_count == 0:
+        if self._batch_count == 0:
             return None
         return self._sum, self._sum_squares, self._batch_count
 

@@ -55,7 +55,7 @@ class RolloutBuffer:
                            advantages=flat(advantages), returns=flat(returns), values=flat(self.values))
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: Tensor,
                     generator: torch.Generator, reward_scaler: RewardScaler | None) -> Tensor:
     """Fill the observations, actions, rewards and episode ends of `buffer` with one rollout
