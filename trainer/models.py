@@ -206,15 +206,13 @@ class ActorCritic(nn.Module):
         """A fast no-grad actor for the rollout (a snapshot of the current weights)."""
         return ActionSampler(self)
 
-    @torch.no_grad()
+    def scorer(self) -> "RolloutScorer":
+        """pi(a|s) and V(s) without gradients, from a snapshot of the current weights."""
+        return RolloutScorer(self)
+
     def score(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """(log pi(action|obs), V(obs)) without gradients: the rollout's pi_old and V_old."""
-        actor_input, critic_input = self._features(obs)
-        if self.torso is None:
-            head, value = FoldedMLP(self.actor)(actor_input), FoldedMLP(self.critic)(critic_input)
-        else:
-            head, value = self.actor(actor_input), self.critic(critic_input)
-        return self._log_prob(head, action), value.squeeze(-1)
+        return self.scorer()(obs, action)
 
     def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """For the update: (log pi(action|obs), entropy of pi(.|obs), V(obs))."""
@@ -321,3 +319,22 @@ class ActionSampler:
         if self.discrete:
             return head.add_(noise).argmax(-1)
         return head.addcmul_(noise, self.std)
+
+
+class RolloutScorer:
+    """pi_old(a|s) and V_old(s) of a rollout's samples, chunk by chunk, from a snapshot of the
+    weights (`FoldedMLP` for the MLP policies, made once for the whole rollout)."""
+
+    def __init__(self, policy: ActorCritic):
+        self.policy = policy
+        self.folded = None if policy.torso is not None else (FoldedMLP(policy.actor), FoldedMLP(policy.critic))
+
+    @torch.no_grad()
+    def __call__(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """(log pi(action|obs), V(obs)) for a batch of (normalised) observations."""
+        actor_input, critic_input = self.policy._features(obs)
+        if self.folded is None:
+            head, value = self.policy.actor(actor_input), self.policy.critic(critic_input)
+        else:
+            head, value = self.folded[0](actor_input), self.folded[1](critic_input)
+        return self.policy._log_prob(head, action), value.squeeze(-1)

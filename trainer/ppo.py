@@ -281,12 +281,15 @@ class Adam:
     def step(self, learning_rate: float) -> None:
         self.step_count += 1
         grad = self.flat_grad
-        self.exp_avg.mul_(self.beta1).add_(grad, alpha=1.0 - self.beta1)
+        self.exp_avg.lerp_(grad, 1.0 - self.beta1)                      # m = b1 m + (1 - b1) g
         self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1.0 - self.beta2)
         bias_correction1 = 1.0 - self.beta1 ** self.step_count
-        bias_correction2 = 1.0 - self.beta2 ** self.step_count
-        denominator = (self.exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(self.eps)
-        self.flat_param.addcdiv_(self.exp_avg, denominator, value=-learning_rate / bias_correction1)
+        root_bias_correction2 = math.sqrt(1.0 - self.beta2 ** self.step_count)
+        # p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with the scalars gathered so that the
+        # vector work is one sqrt, one add and one addcdiv.
+        denominator = self.exp_avg_sq.sqrt().add_(self.eps * root_bias_correction2)
+        self.flat_param.addcdiv_(self.exp_avg, denominator,
+                                 value=-learning_rate * root_bias_correction2 / bias_correction1)
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone()}
