@@ -255,9 +255,12 @@ class Studio:
             updates.append(gr.Image(value=gif_path, label=views.gif_caption(gif if gif_path else None)))
         else:
             updates.append(gr.skip())
-        if with_log:
-            updates.append(views.log_html(views.log_text(run)) if changed("log", views.log_identity(run))
-                           else gr.skip())
+        if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
+            log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
+            log_changed = log_due and changed("log", views.log_identity(run))
+            if log_changed:
+                viewed["log_at"] = time.time()
+            updates.append(views.log_html(views.log_text(run)) if log_changed else gr.skip())
         updates.append(_plot(diagnostics_figure(curves)) if charts_changed else gr.skip())
 
         # Each changed file handed to a download button is copied into Gradio's cache: while the

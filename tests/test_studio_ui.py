@@ -105,6 +105,27 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     assert [reward, gif, log, diagnostics, *downloads] == [SKIP] * (4 + len(DOWNLOAD_KINDS))
 
 
+def test_while_a_run_trains_charts_and_log_are_redrawn_at_most_every_chart_seconds(tmp_path):
+    studio = make_studio(tmp_path, target=fake_endless_trainer, chart_seconds=0.5)
+    _, run_id, _, viewed = studio.on_start(*form())
+    wait_for(lambda: len(studio.manager.get(run_id).metrics) >= 2)
+
+    def redrawn(tick) -> tuple[bool, bool]:
+        status, reward, gif, log = tick[:4]
+        return reward != SKIP, log != SKIP
+
+    first = studio.on_tick(run_id, viewed)
+    assert redrawn(first) == (True, True)
+    wait_for(lambda: len(studio.manager.get(run_id).metrics) >= 6)  # new points and log lines
+    assert studio.manager.get(run_id).is_active
+    second = studio.on_tick(run_id, first[-1])
+    assert redrawn(second) == (False, False)  # too soon after the last redraw
+    time.sleep(0.6)
+    third = studio.on_tick(run_id, second[-1])
+    assert redrawn(third) == (True, True)
+    studio.manager.shutdown(timeout=10)
+
+
 def test_files_outside_the_runs_folder_are_never_shown(tmp_path):
     studio = make_studio(tmp_path)
     run_dir = studio.manager.runs_dir / "crafted-run"
