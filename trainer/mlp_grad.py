@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from trainer.models import ActorCritic
+from trainer.models import LOG_2PI, ActorCritic
 
 
 def supports(policy: ActorCritic, clip_vloss: bool) -> bool:
@@ -64,8 +64,8 @@ def ppo_loss_and_gradient(policy: ActorCritic, obs: Tensor, actions: Tensor, old
         log_std = policy.log_std
         inverse_std = (-log_std).exp()
         standardized = (actions - head) * inverse_std
-        new_log_prob = (-0.5 * standardized.square() - log_std).sum(-1) - 0.5 * _LOG_2PI * head.shape[-1]
-        entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum().expand(batch)
+        new_log_prob = (-0.5 * standardized.square() - log_std).sum(-1) - 0.5 * LOG_2PI * head.shape[-1]
+        entropy = (0.5 + 0.5 * LOG_2PI + log_std).sum().expand(batch)
 
     log_ratio = new_log_prob - old_log_probs
     ratio = log_ratio.exp()
@@ -95,8 +95,6 @@ def ppo_loss_and_gradient(policy: ActorCritic, obs: Tensor, actions: Tensor, old
     _backward(policy.critic, critic_activations, weighted_error.mul_(vf_coef / batch).unsqueeze(-1))
     return losses, log_ratio
 
-
-_LOG_2PI = 1.8378770664093453
 
 
 def _forward(mlp: nn.Sequential, x: Tensor) -> tuple[Tensor, list[Tensor]]:

@@ -194,13 +194,27 @@ class ActorCritic(nn.Module):
         value = self.critic(critic_input).squeeze(-1)
         if deterministic:
             action = head.argmax(-1) if self.discrete else head
-        elif self.discrete:  # inverse-CDF sampling: a few elementwise ops, cheaper than torch.multinomial
-            uniform = torch.rand((head.shape[0], 1), generator=generator, device=head.device)
-            action = (head.softmax(-1).cumsum_(-1) < uniform).sum(-1).clamp_(max=head.shape[-1] - 1)
         else:
-            noise = torch.randn(head.shape, generator=generator, device=head.device, dtype=head.dtype)
-            action = noise.mul_(self.log_std.exp()).add_(head)
+            noise = self.action_noise(1, head.shape[0], generator, head.device)[0]
+            action = self.noisy_action(head.clone(), noise, self.log_std.exp() if not self.discrete else None)
         return action, self._log_prob(head, action), value
+
+    def action_noise(self, steps: int, batch: int, generator: torch.Generator | None = None,
+                     device: torch.device | str = "cpu") -> Tensor:
+        """(steps, batch, head size) randomness for `steps` batches of actions: Gumbel noise for
+        a categorical head, standard normal noise for a Gaussian one (see `noisy_action`)."""
+        action = self.spec["action"]
+        shape = (steps, batch, action["n"] if self.discrete else action["dim"])
+        if self.discrete:  # Gumbel(0, 1) = -log(-log(U)), U uniform in [0, 1)
+            return torch.rand(shape, generator=generator, device=device).log_().neg_().log_().neg_()
+        return torch.randn(shape, generator=generator, device=device)
+
+    def noisy_action(self, head: Tensor, noise: Tensor, std: Tensor | None) -> Tensor:
+        """A sample of the policy, computed in place on `head`: argmax(logits + Gumbel noise) is a
+        sample of softmax(logits) (the Gumbel-max trick); mean + std * noise one of the Gaussian."""
+        if self.discrete:
+            return head.add_(noise).argmax(-1)
+        return head.addcmul_(noise, std)
 
     def sampler(self) -> "ActionSampler":
         """A fast no-grad actor for the rollout (a snapshot of the current weights)."""
@@ -286,28 +300,14 @@ class ActionSampler:
     """The actor for the rollout: actions only, no gradients, from a snapshot of the weights
     (`FoldedMLP` for the MLP policies; convolutional ones use their own forward pass). The
     log-probabilities and values the update needs are computed afterwards for the whole
-    rollout at once (`ActorCritic.score`).
-
-    The randomness of a whole rollout is drawn up front (`noise`), so that each step adds it
-    to the head: argmax(logits + Gumbel noise) is a sample of softmax(logits) (the Gumbel-max
-    trick), and mean + std * normal noise one of the Gaussian policy.
-    """
+    rollout at once (`RolloutScorer`). The randomness of a whole rollout is drawn up front
+    (`noise`), so that each step only adds its share to the head."""
 
     def __init__(self, policy: ActorCritic):
         self.policy = policy
-        self.discrete = policy.discrete
-        action = policy.spec["action"]
-        self.head_size = action["n"] if self.discrete else action["dim"]
         self.std = None if policy.discrete else policy.log_std.detach().exp()
         self.actor = FoldedMLP(policy.actor) if policy.torso is None else None
-
-    def noise(self, steps: int, num_envs: int, generator: torch.Generator | None = None,
-              device: torch.device | str = "cpu") -> Tensor:
-        """(steps, num_envs, head size) noise for `steps` batches of actions."""
-        shape = (steps, num_envs, self.head_size)
-        if self.discrete:  # Gumbel(0, 1) = -log(-log(U)), U uniform in [0, 1)
-            return torch.rand(shape, generator=generator, device=device).log_().neg_().log_().neg_()
-        return torch.randn(shape, generator=generator, device=device)
+        self.noise = policy.action_noise
 
     @torch.no_grad()
     def __call__(self, obs: Tensor, noise: Tensor) -> Tensor:
@@ -316,9 +316,7 @@ class ActionSampler:
             head = self.policy.actor(self.policy._features(obs)[0])
         else:
             head = self.actor(obs.reshape(obs.shape[0], -1))
-        if self.discrete:
-            return head.add_(noise).argmax(-1)
-        return head.addcmul_(noise, self.std)
+        return self.policy.noisy_action(head, noise, self.std)
 
 
 class RolloutScorer:

@@ -117,6 +117,7 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
     ratio_totals = torch.zeros(2, device=device)        # approx KL, clip fraction (per epoch)
     steps_taken = epochs_taken = 0
     sampler = _PrioritySampler(batch.advantages, settings, generator) if settings.use_per else None
+    normalize_advantages = settings.norm_adv and size > 1
     for _ in range(settings.update_epochs):
         log_ratios = []
         if sampler is None:
@@ -124,7 +125,7 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
             # are normalised all at once (row by row: the same as one minibatch at a time).
             shuffled = batch.take(torch.randperm(batch_size, generator=generator, device=device)[:num_minibatches * size])
             advantages = shuffled.advantages.view(num_minibatches, size)
-            if settings.norm_adv and size > 1:
+            if normalize_advantages:
                 advantages = _normalize_rows(advantages)
         for index in range(num_minibatches):
             if sampler is None:
@@ -134,7 +135,7 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
                 rows, value_weights = sampler.sample()
                 minibatch = batch.take(rows)
                 minibatch_advantages = minibatch.advantages
-                if settings.norm_adv and size > 1:
+                if normalize_advantages:
                     minibatch_advantages = _normalize_rows(minibatch_advantages)
             losses, log_ratio = _minibatch_step(policy, optimizer, minibatch, minibatch_advantages, value_weights,
                                                 settings, learning_rate, reduce_gradients)

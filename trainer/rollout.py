@@ -6,8 +6,8 @@ waits for the host, and on a CPU it never pays for a sync. It runs under
 return, whatever lives on after it (env state, statistics) must be updated in place or
 replaced, never created inside and then written in place outside
 (tests/test_envs_inference_mode.py checks every built-in env). It asks the policy for actions only
-(`ActorCritic.sampler`); pi_old(a|s) and V_old(s) are then computed for the whole rollout in a
-few large batches (`score_rollout`), which costs far less than a small forward pass per step.
+(`ActorCritic.sampler`); pi_old(a|s) and V_old(s) are then computed for the whole rollout in
+cache-sized chunks (`score_rollout`), which costs far less than a small forward pass per step.
 Truncated episodes (time limits) are bootstrapped once per rollout from the env's `final_obs`:
 reward += gamma * V(final obs).
 """
