@@ -9,25 +9,25 @@ Nothing here imports gradio: `studio.ui` turns each FormField into a component.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
 
 from trainer.config import (
-    ALGORITHMS,
-    LR_SCALING_RULES,
-    MODEL_TYPES,
-    CheckpointConfig,
+    BASIC,
+    STUDIO_GROUPS,
     ConfigError,
+    DeclaredKey,
     TrainConfig,
     config_from_dict,
+    declared_keys,
+    shipped_config,
+    shipped_config_path,
     to_yaml,
 )
+from trainer.safe_yaml import YamlError, load_yaml_text
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 VECTOR_ENV_DEFAULT = "default"
 # Entry points (`package.module:Class`) make the server import and run code.
 GYM_PREFIX = "gym:"
@@ -35,80 +35,42 @@ GYM_PREFIX = "gym:"
 
 @dataclass(frozen=True)
 class FormField:
-    """One config key as a form control."""
+    """One config key as a form control, derived from its declaration in trainer/config.py."""
 
     key: str  # TrainConfig key; "checkpoint.interval" reaches into the checkpoint section
     kind: str  # "int", "float", "bool", "choice", "text", "yaml"
+    group: str  # "basic" or the title of its Advanced group
+    help: str
     choices: tuple[str, ...] = ()
     optional: bool = False  # an empty box means "not set" (null)
-    basic: bool = False  # shown above the Advanced section
 
     @property
-    def help(self) -> str:
-        """The trainer's own description of the key (the config reference)."""
-        section, _, name = self.key.rpartition(".")
-        owner = CheckpointConfig if section == "checkpoint" else TrainConfig
-        text = ""
-        for item in dataclasses.fields(owner):
-            if item.name == name:
-                text = str(item.metadata.get("help", "")).replace("`", "")
-        if self.optional and self.kind in ("int", "float"):
+    def basic(self) -> bool:
+        return self.group == BASIC
+
+    @classmethod
+    def of(cls, declared: DeclaredKey) -> "FormField":
+        check = declared.check
+        choices = tuple(check.choices)
+        if declared.name == "vector_env":
+            choices = (VECTOR_ENV_DEFAULT, *choices)
+        text = declared.help.replace("`", "")
+        if check.optional and check.kind in ("int", "float"):
             text += " (0: not set)"
-        return text
+        return cls(declared.name, check.kind, declared.group, text, choices, check.optional)
 
 
-BASIC_FIELDS = (
-    FormField("model_type", "choice", tuple(MODEL_TYPES), basic=True),
-    FormField("env_name", "text", basic=True),
-    FormField("num_envs", "int", basic=True),
-    FormField("device", "text", basic=True),
-    FormField("total_timesteps", "int", basic=True),
-    FormField("seed", "int", basic=True),
-)
-ADVANCED_FIELDS = (
-    FormField("algo", "choice", ALGORITHMS),
-    FormField("num_steps", "int", optional=True),
-    FormField("mini_batch_size", "int", optional=True),
-    FormField("update_epochs", "int"),
-    FormField("learning_rate", "float"),
-    FormField("anneal_lr", "bool"),
-    FormField("lr_scaling", "choice", LR_SCALING_RULES),
-    FormField("lr_reference_batch", "int"),
-    FormField("gamma", "float"),
-    FormField("gae_lambda", "float"),
-    FormField("clip_coef", "float"),
-    FormField("clip_vloss", "bool"),
-    FormField("norm_adv", "bool"),
-    FormField("ent_coef", "float"),
-    FormField("vf_coef", "float"),
-    FormField("max_grad_norm", "float"),
-    FormField("target_kl", "float", optional=True),
-    FormField("norm_obs", "bool"),
-    FormField("norm_reward", "bool"),
-    FormField("use_per", "bool"),
-    FormField("per_alpha", "float"),
-    FormField("per_beta", "float"),
-    FormField("vector_env", "choice", (VECTOR_ENV_DEFAULT, "sync", "async")),
-    FormField("num_workers", "int", optional=True),
-    FormField("torch_threads", "int"),
-    FormField("checkpoint.interval", "int"),
-    FormField("checkpoint.keep", "int"),
-    FormField("gif_interval", "int"),
-    FormField("gif_max_frames", "int"),
-    FormField("gif_time_fraction", "float"),
-    FormField("log_interval", "int"),
-    FormField("tensorboard", "bool"),
-    FormField("env_kwargs", "yaml"),
-    FormField("wrappers", "yaml"),
-)
-FORM_FIELDS = BASIC_FIELDS + ADVANCED_FIELDS
-NOT_IN_FORM = {
-    "batch_size": "derived: num_envs x num_steps (shown under the form)",
-    "num_minibatches": "derived: batch_size / mini_batch_size",
-    "backend": "only used by distributed (torchrun) runs, which the studio does not launch",
-    "gpu_ids": "only used by distributed (torchrun) runs; pick the GPU with `device`",
-    "checkpoint.path": "the studio always keeps checkpoints inside the run folder",
-}
+# The form shows the keys group by group, in the order STUDIO_GROUPS lists the groups.
+FORM_FIELDS = tuple(sorted((FormField.of(declared) for declared in declared_keys() if declared.group),
+                           key=lambda form_field: STUDIO_GROUPS.index(form_field.group)))
+BASIC_FIELDS = tuple(form_field for form_field in FORM_FIELDS if form_field.basic)
+ADVANCED_FIELDS = tuple(form_field for form_field in FORM_FIELDS if not form_field.basic)
+NOT_IN_FORM = {declared.name: declared.studio_note for declared in declared_keys() if declared.studio_note}
+
+
+def advanced_groups() -> list[tuple[str, list[FormField]]]:
+    """ADVANCED_FIELDS under their group titles, in STUDIO_GROUPS order."""
+    return [(title, [f for f in ADVANCED_FIELDS if f.group == title]) for title in STUDIO_GROUPS[1:]]
 
 
 class FormError(ValueError):
@@ -141,19 +103,11 @@ def form_values(config: dict) -> list[Any]:
 
 def tuned_config(env_name: str) -> dict:
     """The tuned config of a built-in env (configs/<env>.yaml), else the defaults for `env_name`."""
-    try:
-        from envs import resolve_env_name
+    return shipped_config(env_name).to_dict()
 
-        canonical = resolve_env_name(env_name)
-    except Exception:  # noqa: BLE001 - unknown names keep the defaults; Start reports them
-        canonical = env_name
-    path = CONFIGS_DIR / f"{canonical}.yaml"
-    raw: dict = {}
-    if path.is_file():
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        raw = loaded if isinstance(loaded, dict) else {}
-    raw["env_name"] = env_name
-    return config_from_dict(raw).to_dict()
+
+def has_tuned_config(env_name: str) -> bool:
+    return shipped_config_path(env_name) is not None
 
 
 # ----------------------------------------------------------------------------- form -> config
@@ -165,10 +119,9 @@ def _parse_yaml_field(key: str, text: Any) -> Any:
     if not isinstance(text, str):
         return text
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise FormError(f"{key}: could not read {text!r} as YAML ({error.problem}). "
-                        "Write a mapping like {grid_size: 12} or a list like [pkg.module:Wrapper].")
+        return load_yaml_text(text, key, mapping=False)
+    except YamlError as error:
+        raise FormError(f"{error}. Write a mapping like {{grid_size: 12}} or a list like [pkg.module:Wrapper].") from None
 
 
 def raw_config_from_form(values: Sequence[Any]) -> dict:
@@ -239,17 +192,9 @@ def config_from_yaml_text(text: str) -> tuple[dict, list[str]]:
     if not text or not text.strip():
         raise FormError("The YAML box is empty: paste a config or upload a .yaml file first.")
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        where = ""
-        mark = getattr(error, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise FormError(f"This is not valid YAML{where}: {problem}. Check the indentation and "
-                        "that every line is `key: value`.") from error
-    if not isinstance(raw, dict):
-        raise FormError(f"The YAML must be a mapping of `key: value` lines, got a {type(raw).__name__}.")
+        raw = load_yaml_text(text, "The YAML")
+    except YamlError as error:
+        raise FormError(f"{error}.") from None
     config = config_from_dict(raw).to_dict()
     notes = []
     for key, reason in NOT_IN_FORM.items():
@@ -265,7 +210,7 @@ def yaml_from_config(config: TrainConfig) -> str:
 
 
 __all__ = [
-    "ADVANCED_FIELDS", "BASIC_FIELDS", "FORM_FIELDS", "NOT_IN_FORM", "ConfigError", "FormError",
+    "advanced_groups", "has_tuned_config", "ADVANCED_FIELDS", "BASIC_FIELDS", "FORM_FIELDS", "NOT_IN_FORM", "ConfigError", "FormError",
     "FormField", "check_web_safety", "config_from_yaml_text", "form_values", "raw_config_from_form",
     "tuned_config", "validated_config", "yaml_from_config",
 ]

@@ -26,7 +26,6 @@ from gradio.components.plot import PlotData
 from studio import views
 from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
 from studio.form import (
-    ADVANCED_FIELDS,
     BASIC_FIELDS,
     FORM_FIELDS,
     ConfigError,
@@ -34,12 +33,13 @@ from studio.form import (
     FormField,
     check_web_safety,
     config_from_yaml_text,
+    advanced_groups,
     form_values,
     tuned_config,
     validated_config,
     yaml_from_config,
 )
-from trainer.config import config_from_dict
+from trainer.config import config_from_dict, merge_settings
 from studio.runs import RunError, RunManager, RunSnapshot, safe_run_file
 from studio.system import SystemMonitor, available_devices
 
@@ -149,29 +149,6 @@ def _form_component(form_field: FormField, value: Any, devices: Sequence[str], e
         return gr.Number(value=value, label=label, info=info, elem_id=elem_id, **small)
     return gr.Textbox(value=value, label=label, info=info, elem_id=elem_id, placeholder="YAML, e.g. {key: value}",
                       **small)
-
-
-ADVANCED_GROUPS = (
-    ("Rollout and optimiser", ("algo", "num_steps", "mini_batch_size", "update_epochs", "learning_rate",
-                               "anneal_lr", "lr_scaling", "lr_reference_batch")),
-    ("PPO", ("gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "target_kl",
-             "clip_vloss", "norm_adv")),
-    ("Normalisation and prioritised minibatches", ("norm_obs", "norm_reward", "use_per", "per_alpha",
-                                                   "per_beta")),
-    ("Environment options", ("env_kwargs", "wrappers", "vector_env", "num_workers")),
-    ("Checkpoints, GIFs and logs", ("checkpoint.interval", "checkpoint.keep", "gif_interval",
-                                    "gif_max_frames", "gif_time_fraction", "log_interval", "torch_threads",
-                                    "tensorboard")),
-)
-
-
-def _advanced_groups() -> list[tuple[str, list[FormField]]]:
-    """ADVANCED_FIELDS in titled groups; a field no group names lands in "Other"."""
-    by_key = {form_field.key: form_field for form_field in ADVANCED_FIELDS}
-    groups = [(title, [by_key.pop(key) for key in keys if key in by_key]) for title, keys in ADVANCED_GROUPS]
-    if by_key:
-        groups.append(("Other", list(by_key.values())))
-    return [(title, fields) for title, fields in groups if fields]
 
 
 # ----------------------------------------------------------------------------- the studio
@@ -511,25 +488,10 @@ class Studio:
 
 
 def merged_settings(base: dict, settings: dict) -> dict:
-    """`base` (a complete config) with `settings` on top. Keys derived from the ones a setting
-    replaces are dropped from `base`, so {"num_envs": 16} does not clash with the old batch_size."""
+    """`base` (a complete config) with the API's `settings` on top, by the config's one rule."""
     if not isinstance(settings, dict):
-        raise FormError(f"settings must be a mapping of config keys to values, got {settings!r}")
-    raw = {key: value for key, value in base.items() if key not in ("batch_size", "num_minibatches")}
-    raw["checkpoint"] = dict(raw.get("checkpoint") or {})
-    if "batch_size" in settings and "num_steps" not in settings:
-        raw.pop("num_steps", None)
-    if "num_minibatches" in settings and "mini_batch_size" not in settings:
-        raw.pop("mini_batch_size", None)
-    for key, value in settings.items():
-        section, _, name = str(key).rpartition(".")
-        if section == "checkpoint":
-            raw["checkpoint"][name] = value
-        elif key == "checkpoint" and isinstance(value, dict):
-            raw["checkpoint"].update(value)
-        else:
-            raw[key] = value
-    return raw
+        raise FormError(f"settings must be a mapping of config keys to values, got {settings!r}"[:200])
+    return merge_settings(base, settings)
 
 
 def _plot(figure: dict) -> PlotData:
@@ -600,7 +562,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                             batch_info = gr.Markdown(views.batch_note(
                                 default_values["num_envs"], default_values["num_steps"],
                                 default_values["mini_batch_size"]))
-                            for title, group in _advanced_groups():
+                            for title, group in advanced_groups():
                                 gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
                                 for pair in (group[i:i + 2] for i in range(0, len(group), 2)):
                                     with gr.Row():

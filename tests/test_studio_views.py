@@ -213,7 +213,7 @@ def test_bad_form_values_give_messages_that_name_the_key():
         validated_config(with_value("env_name", "NoSuchGame-v9"), False)
     with pytest.raises(FormError, match="total_timesteps is empty"):
         validated_config(with_value("total_timesteps", None), False)
-    with pytest.raises(FormError, match="env_kwargs: could not read"):
+    with pytest.raises(FormError, match="env_kwargs is not valid YAML"):
         validated_config(with_value("env_kwargs", "{a: [1"), False)
 
 

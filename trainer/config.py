@@ -1,8 +1,13 @@
-"""Training configuration: one `TrainConfig`, loaded from YAML, overridden from the command line,
-validated once with errors a person can act on.
+"""Training configuration: every key declared once, loaded from YAML, overridden from the command
+line, validated in one place with errors a person can act on.
 
     from trainer.config import load_config
     config = load_config("configs/cartpole.yaml", overrides=["learning_rate=1e-3"])
+
+Each key below is one `key(...)` declaration: its default, help text (the config reference;
+`docs/readme/trainer.md` is built from it), check (`trainer/checks.py`: type, range, and which
+studio control shows it) and studio group. The studio's form, `--set`, YAML loading, the Python
+API and `UpdateSettings.from_config` are all derived from these declarations.
 
 Batch vocabulary (the same in the README and in the error messages):
 
@@ -11,17 +16,19 @@ Batch vocabulary (the same in the README and in the error messages):
                      update_epochs x (batch_size / mini_batch_size) gradient steps
 
 Give `num_steps` or `batch_size` (the other is derived), or both if they agree.
-Every field's help text below is the config reference; `docs/readme/trainer.md` is built from it.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
+                            ModelType, Real, Text, VectorEnv, short_repr)
+from trainer.safe_yaml import YamlError, dump_yaml, load_yaml_file, load_yaml_text
 
 MODEL_TYPES = {
     "ppo-small": "MLP, two hidden layers of 64 (actor and critic each)",
@@ -34,125 +41,135 @@ LR_SCALING_RULES = ("none", "sqrt", "linear")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_NUM_STEPS = 128
 DEFAULT_MINI_BATCH_SIZE = 256
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"  # the shipped, tuned configs
 
-# Words that mark a language / vision foundation model rather than an RL policy network.
-_LANGUAGE_MODEL_WORDS = re.compile(
-    r"qwen|llama|gpt|mistral|mixtral|gemma|phi-?\d|falcon|bert|t5|bloom|opt-|deepseek|claude|"
-    r"vicuna|olmo|\d+(\.\d+)?b\b|instruct|chat",
-    re.IGNORECASE,
-)
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, of the wrong type or out of range."""
+# Where the studio shows a key: "basic" above the Advanced section, or an Advanced group title,
+# in this order. A key without a group is not in the form and says why (`studio_note`).
+BASIC = "basic"
+STUDIO_GROUPS = (BASIC, "Rollout and optimiser", "PPO", "Normalisation and prioritised minibatches",
+                 "Environment options", "Checkpoints, GIFs and logs")
+ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, OUTPUTS = STUDIO_GROUPS[1:]
 
 
-def _help(text: str, **extra: Any) -> dict:
-    return {"help": text, **extra}
+def key(default: Any, help: str, check: Check, group: str | None = None, studio_note: str | None = None,
+        factory: Any = None) -> Any:
+    """Declare one config key: all that is known about it, in one place."""
+    assert (group is None) != (studio_note is None), "a key is in the form or says why not"
+    metadata = {"help": help, "check": check, "group": group, "studio_note": studio_note}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
 class CheckpointConfig:
-    interval: int = field(default=50, metadata=_help(
-        "Save a checkpoint every this many updates (0: only when the run ends or is stopped)."))
-    path: str | None = field(default=None, metadata=_help(
-        "Folder for checkpoints; relative paths are inside the run directory. "
-        "Default: `<run_dir>/checkpoints`."))
-    keep: int = field(default=3, metadata=_help("Keep the last this many checkpoints (older ones are deleted)."))
+    interval: int = key(50, "Save a checkpoint every this many updates (0: only when the run ends or is stopped).",
+                        Integer(minimum=0, maximum=10**9), OUTPUTS)
+    path: str | None = key(None, "Folder for checkpoints; relative paths are inside the run directory. "
+                                 "Default: `<run_dir>/checkpoints`.", Text(optional=True, max_length=4096),
+                           studio_note="the studio always keeps checkpoints inside the run folder")
+    keep: int = key(3, "Keep the last this many checkpoints (older ones are deleted).",
+                    Integer(maximum=10_000), OUTPUTS)
+
+
+MODEL_TYPE_HELP = "Policy network: " + "; ".join(f"`{name}` {text}" for name, text in MODEL_TYPES.items()) + "."
 
 
 @dataclass
 class TrainConfig:
     # --- what to train --------------------------------------------------------------------
-    env_name: str = field(default="cartpole", metadata=_help(
-        "Environment: `cartpole`, `flappy_bird`, `snake` (or aliases such as `CartPole-v1`, "
-        "`FlappyBirdPygame-v0`), any Gymnasium id (`Acrobot-v1`) or `package.module:Class`."))
-    env_kwargs: dict = field(default_factory=dict, metadata=_help(
-        "Options passed to the environment, e.g. `{grid_size: 12}` for snake."))
-    wrappers: list = field(default_factory=list, metadata=_help(
-        "Gymnasium wrappers `package.module:WrapperClass` applied to every env "
-        "(built-ins then run through the Gymnasium adapter)."))
-    model_type: str = field(default="ppo-small", metadata=_help(
-        "Policy network: " + "; ".join(f"`{name}` {text}" for name, text in MODEL_TYPES.items()) + "."))
-    algo: str = field(default="ppo", metadata=_help(
-        "`ppo` (clipped surrogate, several epochs) or `a2c` (one unclipped pass per rollout)."))
-    seed: int = field(default=1, metadata=_help(
-        "Seeds the envs, the network initialisation and the action sampling: same seed, same run (on CPU)."))
-    device: str = field(default="auto", metadata=_help(
-        "`auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`."))
-    total_timesteps: int = field(default=1_000_000, metadata=_help(
-        "Environment steps to train for, summed over all envs (alias: `max_steps`). "
-        "Rounded up to a whole number of updates."))
+    env_name: str = key("cartpole", "Environment: `cartpole`, `flappy_bird`, `snake` (or aliases such as "
+                        "`CartPole-v1`, `FlappyBirdPygame-v0`), any Gymnasium id (`Acrobot-v1`) or "
+                        "`package.module:Class`.", Text(), BASIC)
+    env_kwargs: dict = key(None, "Options passed to the environment, e.g. `{grid_size: 12}` for snake.",
+                           Mapping(), ENVIRONMENT, factory=dict)
+    wrappers: list = key(None, "Gymnasium wrappers `package.module:WrapperClass` applied to every env "
+                         "(built-ins then run through the Gymnasium adapter).", EntryPoints(), ENVIRONMENT,
+                         factory=list)
+    model_type: str = key("ppo-small", MODEL_TYPE_HELP,
+                          ModelType(choices=tuple(MODEL_TYPES), described=tuple(MODEL_TYPES.items())), BASIC)
+    algo: str = key("ppo", "`ppo` (clipped surrogate, several epochs) or `a2c` (one unclipped pass per rollout).",
+                    Choice(choices=ALGORITHMS), ROLLOUT)
+    seed: int = key(1, "Seeds the envs, the network initialisation and the action sampling: same seed, same run "
+                       "(on CPU).", Integer(minimum=0, maximum=2**31 - 1), BASIC)
+    device: str = key("auto", "`auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`.", Device(), BASIC)
+    total_timesteps: int = key(1_000_000, "Environment steps to train for, summed over all envs (alias: "
+                               "`max_steps`). Rounded up to a whole number of updates.",
+                               Integer(maximum=10**13), BASIC)
     # --- how much data per update ---------------------------------------------------------
-    num_envs: int = field(default=64, metadata=_help(
-        "Environments stepped in parallel (per process when distributed)."))
-    num_steps: int | None = field(default=None, metadata=_help(
-        f"Steps collected from every env per update (rollout length). Default: derived from "
-        f"`batch_size`, else {DEFAULT_NUM_STEPS}."))
-    batch_size: int | None = field(default=None, metadata=_help(
-        "Samples per update = `num_envs x num_steps`. Give this or `num_steps`; the other is derived."))
-    mini_batch_size: int | None = field(default=None, metadata=_help(
-        f"Samples per gradient step; must divide `batch_size`. Default: {DEFAULT_MINI_BATCH_SIZE} "
-        f"(or the largest divisor of `batch_size` below it); `a2c`: the whole batch."))
-    num_minibatches: int | None = field(default=None, metadata=_help(
-        "CleanRL's way to say the same thing: `mini_batch_size = batch_size / num_minibatches`."))
-    update_epochs: int = field(default=4, metadata=_help(
-        "Passes over each batch per update (`a2c`: always 1)."))
+    num_envs: int = key(64, "Environments stepped in parallel (per process when distributed).",
+                        Integer(maximum=2**20), BASIC)
+    num_steps: int | None = key(None, f"Steps collected from every env per update (rollout length). Default: "
+                                f"derived from `batch_size`, else {DEFAULT_NUM_STEPS}.",
+                                Integer(maximum=100_000, optional=True), ROLLOUT)
+    batch_size: int | None = key(None, "Samples per update = `num_envs x num_steps`. Give this or `num_steps`; "
+                                 "the other is derived.", Integer(maximum=2**40, optional=True),
+                                 studio_note="derived: num_envs x num_steps (shown under the form)")
+    mini_batch_size: int | None = key(None, f"Samples per gradient step; must divide `batch_size`. Default: "
+                                      f"{DEFAULT_MINI_BATCH_SIZE} (or the largest divisor of `batch_size` below "
+                                      f"it); `a2c`: the whole batch.", Integer(maximum=2**40, optional=True),
+                                      ROLLOUT)
+    num_minibatches: int | None = key(None, "CleanRL's way to say the same thing: `mini_batch_size = batch_size / "
+                                      "num_minibatches`.", Integer(maximum=2**40, optional=True),
+                                      studio_note="derived: batch_size / mini_batch_size")
+    update_epochs: int = key(4, "Passes over each batch per update (`a2c`: always 1).",
+                             Integer(maximum=1000), ROLLOUT)
     # --- PPO ---------------------------------------------------------------------------------
-    learning_rate: float = field(default=2.5e-4, metadata=_help("Adam step size (before `lr_scaling`)."))
-    anneal_lr: bool = field(default=True, metadata=_help(
-        "Decay the learning rate linearly to 0 over the run."))
-    lr_scaling: str = field(default="none", metadata=_help(
-        "`sqrt`: learning rate x sqrt(samples per gradient step / `lr_reference_batch`) (the guides' rule "
-        "of thumb for bigger batches); `linear`: x the ratio; `none`: as given. Samples per gradient step "
-        "= `mini_batch_size` x number of processes."))
-    lr_reference_batch: int = field(default=256, metadata=_help(
-        "The samples per gradient step that `learning_rate` was tuned for (used by `lr_scaling`)."))
-    gamma: float = field(default=0.99, metadata=_help("Discount factor."))
-    gae_lambda: float = field(default=0.95, metadata=_help("GAE lambda (0: one-step TD, 1: Monte Carlo)."))
-    clip_coef: float = field(default=0.2, metadata=_help("PPO clipping range of the probability ratio."))
-    clip_vloss: bool = field(default=False, metadata=_help(
-        "Clip the value update to `clip_coef` around the old values as well."))
-    norm_adv: bool = field(default=True, metadata=_help("Normalise advantages per minibatch."))
-    ent_coef: float = field(default=0.01, metadata=_help("Weight of the entropy bonus."))
-    vf_coef: float = field(default=0.5, metadata=_help("Weight of the value loss."))
-    max_grad_norm: float = field(default=0.5, metadata=_help("Clip the gradient's global norm to this."))
-    target_kl: float | None = field(default=None, metadata=_help(
-        "Stop an update's remaining epochs once the approximate KL divergence exceeds this (null: never)."))
-    norm_obs: bool = field(default=False, metadata=_help(
-        "Normalise observations with running mean / std (saved in the model)."))
-    norm_reward: bool = field(default=False, metadata=_help(
-        "Scale rewards by the running std of the discounted return."))
-    use_per: bool = field(default=False, metadata=_help(
-        "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, importance weights "
-        "(`per_beta`) on the value loss."))
-    per_alpha: float = field(default=0.6, metadata=_help("How strongly `use_per` prefers large errors (0: uniform)."))
-    per_beta: float = field(default=0.4, metadata=_help("Importance-sampling correction of `use_per` (1: full)."))
+    learning_rate: float = key(2.5e-4, "Adam step size (before `lr_scaling`).", Real(0.0, 1.0, low_open=True),
+                               ROLLOUT)
+    anneal_lr: bool = key(True, "Decay the learning rate linearly to 0 over the run.", Boolean(), ROLLOUT)
+    lr_scaling: str = key("none", "`sqrt`: learning rate x sqrt(samples per gradient step / `lr_reference_batch`) "
+                          "(the guides' rule of thumb for bigger batches); `linear`: x the ratio; `none`: as "
+                          "given. Samples per gradient step = `mini_batch_size` x number of processes.",
+                          Choice(choices=LR_SCALING_RULES, off="none"), ROLLOUT)
+    lr_reference_batch: int = key(256, "The samples per gradient step that `learning_rate` was tuned for (used by "
+                                  "`lr_scaling`).", Integer(maximum=2**40), ROLLOUT)
+    gamma: float = key(0.99, "Discount factor.", Real(0.0, 1.0), PPO)
+    gae_lambda: float = key(0.95, "GAE lambda (0: one-step TD, 1: Monte Carlo).", Real(0.0, 1.0), PPO)
+    clip_coef: float = key(0.2, "PPO clipping range of the probability ratio.", Real(0.0, None, low_open=True), PPO)
+    clip_vloss: bool = key(False, "Clip the value update to `clip_coef` around the old values as well.",
+                           Boolean(), PPO)
+    norm_adv: bool = key(True, "Normalise advantages per minibatch.", Boolean(), PPO)
+    ent_coef: float = key(0.01, "Weight of the entropy bonus.", Real(0.0), PPO)
+    vf_coef: float = key(0.5, "Weight of the value loss.", Real(0.0), PPO)
+    max_grad_norm: float = key(0.5, "Clip the gradient's global norm to this.", Real(0.0, None, low_open=True), PPO)
+    target_kl: float | None = key(None, "Stop an update's remaining epochs once the approximate KL divergence "
+                                  "exceeds this (null: never).", Real(0.0, None, low_open=True, optional=True), PPO)
+    norm_obs: bool = key(False, "Normalise observations with running mean / std (saved in the model).",
+                         Boolean(), NORMALISATION)
+    norm_reward: bool = key(False, "Scale rewards by the running std of the discounted return.",
+                            Boolean(), NORMALISATION)
+    use_per: bool = key(False, "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, "
+                        "importance weights (`per_beta`) on the value loss.", Boolean(), NORMALISATION)
+    per_alpha: float = key(0.6, "How strongly `use_per` prefers large errors (0: uniform).", Real(0.0), NORMALISATION)
+    per_beta: float = key(0.4, "Importance-sampling correction of `use_per` (1: full).", Real(0.0, 1.0),
+                          NORMALISATION)
     # --- where and how it runs -------------------------------------------------------------
-    vector_env: bool | str | None = field(default=None, metadata=_help(
-        "Gymnasium envs only: `sync`, `async` or true (async when `num_workers` > 1). Built-in games "
-        "are already batched tensor envs and ignore it."))
-    num_workers: int | None = field(default=None, metadata=_help(
-        "Gymnasium envs only: worker processes of the async vector env."))
-    torch_threads: int = field(default=0, metadata=_help(
-        "CPU threads for torch (0: auto = 1 for MLPs, all cores for `ppo-cnn`)."))
-    backend: str = field(default="auto", metadata=_help(
-        "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), `gloo`, `nccl`."))
-    gpu_ids: list | None = field(default=None, metadata=_help(
-        "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses `gpu_ids[i]`."))
+    vector_env: bool | str | None = key(None, "Gymnasium envs only: `sync`, `async` or true (async when "
+                                        "`num_workers` > 1). Built-in games are already batched tensor envs and "
+                                        "ignore it.", VectorEnv(), ENVIRONMENT)
+    num_workers: int | None = key(None, "Gymnasium envs only: worker processes of the async vector env.",
+                                  Integer(maximum=1024, optional=True), ENVIRONMENT)
+    torch_threads: int = key(0, "CPU threads for torch (0: auto = 1 for MLPs, all cores for `ppo-cnn`).",
+                             Integer(minimum=0, maximum=1024), OUTPUTS)
+    backend: str = key("auto", "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), "
+                       "`gloo`, `nccl`.", Choice(choices=DISTRIBUTED_BACKENDS),
+                       studio_note="only used by distributed (torchrun) runs, which the studio does not launch")
+    gpu_ids: list | None = key(None, "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses "
+                               "`gpu_ids[i]`.", DeviceIds(),
+                               studio_note="only used by distributed (torchrun) runs; pick the GPU with `device`")
     # --- what it writes --------------------------------------------------------------------
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata=_help(
-        "`interval` (updates), `path` (folder), `keep` (how many); see below."))
-    gif_interval: int = field(default=50, metadata=_help(
-        "Record a rollout GIF every this many updates, and one at the end (0: never)."))
-    gif_max_frames: int = field(default=300, metadata=_help("Longest GIF, in frames (the episode is cut)."))
-    gif_time_fraction: float = field(default=0.05, metadata=_help(
-        "Skip a scheduled GIF when GIFs would take more than this fraction of the training time "
-        "(1: never skip)."))
-    log_interval: int = field(default=10, metadata=_help(
-        "Write a `[STEP n] ...` log line every this many updates (metrics events go out every update)."))
-    tensorboard: bool = field(default=False, metadata=_help(
-        "Also write TensorBoard scalars to `<run_dir>/tensorboard` (needs the tensorboard package)."))
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={
+        "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.", "section": CheckpointConfig})
+    gif_interval: int = key(50, "Record a rollout GIF every this many updates, and one at the end (0: never).",
+                            Integer(minimum=0, maximum=10**9), OUTPUTS)
+    gif_max_frames: int = key(300, "Longest GIF, in frames (the episode is cut).", Integer(maximum=100_000), OUTPUTS)
+    gif_time_fraction: float = key(0.05, "Skip a scheduled GIF when GIFs would take more than this fraction of the "
+                                   "training time (1: never skip).", Real(0.0, 1.0), OUTPUTS)
+    log_interval: int = key(10, "Write a `[STEP n] ...` log line every this many updates (metrics events go out "
+                            "every update).", Integer(maximum=10**9), OUTPUTS)
+    tensorboard: bool = key(False, "Also write TensorBoard scalars to `<run_dir>/tensorboard` (needs the "
+                            "tensorboard package).", Boolean(), OUTPUTS)
 
     def to_dict(self) -> dict:
         """Every key, nested `checkpoint`, JSON/YAML-safe."""
@@ -163,21 +180,39 @@ KEY_ALIASES = {"max_steps": "total_timesteps", "n_envs": "num_envs", "n_steps": 
                "n_epochs": "update_epochs", "lr": "learning_rate", "env": "env_name", "env_id": "env_name"}
 
 
+@dataclass(frozen=True)
+class DeclaredKey:
+    """One config key as declared above; `name` is dotted inside a section (`checkpoint.keep`)."""
+
+    name: str
+    default: Any
+    help: str
+    check: Check
+    group: str | None
+    studio_note: str | None
+
+
+def declared_keys(cls: type = TrainConfig, prefix: str = "") -> list[DeclaredKey]:
+    """Every key in declaration order, sections flattened (the config reference, the studio form)."""
+    keys = []
+    for item in dataclasses.fields(cls):
+        section = item.metadata.get("section")
+        if section is not None:
+            keys += declared_keys(section, f"{prefix}{item.name}.")
+            continue
+        default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+        keys.append(DeclaredKey(prefix + item.name, default, item.metadata["help"], item.metadata["check"],
+                                item.metadata["group"], item.metadata["studio_note"]))
+    return keys
+
+
 def field_names(cls: type = TrainConfig) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
+    return [item.name for item in dataclasses.fields(cls)]
 
 
 def config_reference() -> list[tuple[str, Any, str]]:
     """(key, default, meaning) for every key, in declaration order (the README table)."""
-    rows = []
-    for item in dataclasses.fields(TrainConfig):
-        if item.name == "checkpoint":
-            for sub in dataclasses.fields(CheckpointConfig):
-                rows.append((f"checkpoint.{sub.name}", sub.default, sub.metadata["help"]))
-            continue
-        default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
-        rows.append((item.name, default, item.metadata["help"]))
-    return rows
+    return [(declared.name, declared.default, declared.help) for declared in declared_keys()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,23 +222,13 @@ def config_reference() -> list[tuple[str, Any, str]]:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML file (or start from the defaults when `path` is None), apply `key=value`
     overrides (dotted keys reach into `checkpoint`), validate, and return a complete config."""
-    raw: dict = {}
-    if path is not None:
-        raw = read_yaml_mapping(path)
-    parsed = [parse_override(override) for override in overrides or []]
-    overridden = {KEY_ALIASES.get(key, key) for key, _ in parsed}
-    for key, makes_way in _MAKE_WAY_FOR.items():
-        if key in overridden:  # e.g. --set num_envs=256 on a run's config.yaml: its batch_size is stale
-            for stale in makes_way:
-                if stale not in overridden:
-                    raw.pop(stale, None)
-    for key, value in parsed:
-        _set_dotted(raw, key, value)
-    return config_from_dict(raw)
+    raw = read_yaml_mapping(path) if path is not None else {}
+    return config_from_dict(merge_settings(raw, dict(parse_override(text) for text in overrides or [])))
 
 
-# An override of the key on the left drops these values from the file (they were derived from it).
-_MAKE_WAY_FOR = {
+# A value given on top of a config drops these keys from it: they were derived from the old value
+# (e.g. --set num_envs=256 on a run's config.yaml, whose batch_size is now stale).
+DERIVED_FROM = {
     "num_envs": ("batch_size", "num_minibatches"),
     "num_steps": ("batch_size", "num_minibatches"),
     "batch_size": ("num_steps", "num_minibatches"),
@@ -212,43 +237,61 @@ _MAKE_WAY_FOR = {
 }
 
 
-def read_yaml_mapping(path: str | Path) -> dict:
-    import yaml
+def merge_settings(base: dict, settings: dict) -> dict:
+    """`base` (a raw or complete config dict) with `settings` on top: dotted keys reach into
+    sections, aliases replace their key, and keys derived from a replaced one are dropped. The one
+    rule for overrides, used by `--set`, the studio and the Python API."""
+    if not isinstance(settings, dict):
+        raise ConfigError(f"settings must be a mapping of config keys to values, got {short_repr(settings)}")
+    merged = copy.deepcopy(base)
+    given = {KEY_ALIASES.get(str(name), str(name)) for name in settings}
+    for name in list(merged):
+        canonical = KEY_ALIASES.get(name, name)
+        if canonical in given and name != canonical:
+            merged.pop(name)  # `max_steps` in the file, `total_timesteps` given: the given one wins
+        if any(canonical in DERIVED_FROM.get(setting, ()) for setting in given) and canonical not in given:
+            merged.pop(name, None)
+    for name, value in settings.items():
+        name = KEY_ALIASES.get(str(name), str(name))
+        if name in dataclass_sections() and isinstance(value, dict):
+            section = merged.get(name) if isinstance(merged.get(name), dict) else {}
+            merged[name] = {**section, **value}
+        else:
+            _set_dotted(merged, name, value)
+    return merged
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist (give a path to a .yaml file, "
-                          f"e.g. configs/cartpole.yaml)")
+
+def dataclass_sections() -> dict[str, type]:
+    return {item.name: item.metadata["section"] for item in dataclasses.fields(TrainConfig)
+            if "section" in item.metadata}
+
+
+def read_yaml_mapping(path: str | Path) -> dict:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {error}") from error
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must hold a mapping of `key: value` lines, got a {type(raw).__name__}")
-    return raw
+        return load_yaml_file(path)
+    except YamlError as error:
+        raise ConfigError(str(error)) from None
 
 
 def parse_override(text: str) -> tuple[str, Any]:
     """'learning_rate=1e-3' -> ('learning_rate', 0.001); the value is read as YAML."""
-    import yaml
-
     if "=" not in text:
-        raise ConfigError(f"--set expects key=value (e.g. --set learning_rate=1e-3), got {text!r}")
-    key, _, value_text = text.partition("=")
-    key = key.strip()
-    if not key:
-        raise ConfigError(f"--set expects key=value, the key is empty in {text!r}")
+        raise ConfigError(f"--set expects key=value (e.g. --set learning_rate=1e-3), got {short_repr(text)}")
+    name, _, value_text = text.partition("=")
+    name = name.strip()
+    if not name:
+        raise ConfigError(f"--set expects key=value, the key is empty in {short_repr(text)}")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
-    except yaml.YAMLError:
+        value = load_yaml_text(value_text, f"--set {name}", mapping=False) if value_text.strip() else None
+    except YamlError as error:
+        if "alias" in str(error) or "nested" in str(error) or "too large" in str(error):
+            raise ConfigError(str(error)) from None
         value = value_text
-    return key, value
+    return name, value
 
 
-def _set_dotted(raw: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
+def _set_dotted(raw: dict, name: str, value: Any) -> None:
+    parts = name.split(".")
     target = raw
     for part in parts[:-1]:
         existing = target.get(part)
@@ -259,25 +302,44 @@ def _set_dotted(raw: dict, key: str, value: Any) -> None:
     target[parts[-1]] = value
 
 
+def shipped_config_path(env_name: str) -> Path | None:
+    """configs/<game>.yaml for a built-in game (by its canonical name), else None. User text never
+    becomes part of a path: only the names the env registry knows do."""
+    from envs import builtin_env_names, resolve_env_name
+    from envs.base import EnvError
+
+    try:
+        canonical = resolve_env_name(env_name)
+    except EnvError:
+        return None
+    if canonical not in builtin_env_names():
+        return None
+    path = CONFIGS_DIR / f"{canonical}.yaml"
+    return path if path.is_file() else None
+
+
+def shipped_config(env_name: str, settings: dict | None = None) -> TrainConfig:
+    """The tuned config of a built-in game (or the defaults) for `env_name`, `settings` on top."""
+    path = shipped_config_path(env_name)
+    base = read_yaml_mapping(path) if path is not None else {}
+    return config_from_dict(merge_settings(base, {"env_name": env_name, **(settings or {})}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: one function for a dict, a YAML file's contents and a TrainConfig built in Python
+
+
 def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:
-    """Validate a plain dict (from YAML, the studio's form or a checkpoint) into a TrainConfig
-    with every derived value filled in. Raises ConfigError listing every problem found."""
+    """Validate a plain dict (from YAML, the studio's form, the API or a checkpoint) or a
+    TrainConfig into a TrainConfig with every derived value filled in. Raises ConfigError listing
+    every problem found."""
     if isinstance(raw, TrainConfig):
         raw = raw.to_dict()
     if not isinstance(raw, dict):
         raise ConfigError(f"a config must be a mapping of keys to values, got {type(raw).__name__}")
     problems: list[str] = []
-    values, given = _known_keys(raw, problems)
     config = TrainConfig()
-    for key, value in values.items():
-        if key == "checkpoint":
-            continue
-        checker = _CHECKERS[key]
-        try:
-            setattr(config, key, checker(key, value))
-        except ConfigError as error:
-            problems.append(str(error))
-    config.checkpoint = _checkpoint_section(values.get("checkpoint"), problems)
+    given = _fill_section(config, raw, "", problems)
     if not problems:
         _check_semantics(config, given, problems)
     if problems:
@@ -287,264 +349,56 @@ def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:
     return config
 
 
-def _known_keys(raw: dict, problems: list[str]) -> tuple[dict, set[str]]:
-    valid = field_names()
-    values: dict = {}
-    source: dict[str, str] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str):
-            problems.append(f"config keys must be names, got {key!r}")
+def _fill_section(target: Any, raw: dict, prefix: str, problems: list[str]) -> set[str]:
+    """Check every key of `raw` with its declaration and set it on `target`; returns the keys given."""
+    fields = {item.name: item for item in dataclasses.fields(target)}
+    given: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str):
+            problems.append(f"config keys must be names, got {short_repr(name)}")
             continue
-        name = KEY_ALIASES.get(key, key)
-        if name not in valid:
-            problems.append(_unknown_key_message(key, valid))
+        canonical = KEY_ALIASES.get(name, name) if not prefix else name
+        if canonical not in fields:
+            problems.append(_unknown_key_message(prefix, name, list(fields)))
             continue
-        if name in values:
-            other = source[name]
-            problems.append(f"{key!r} and {other!r} are two names for {name!r}; give only one of them")
+        if canonical in given:
+            problems.append(f"{given[canonical]!r} and {name!r} are two names for {canonical!r}; give only one of them")
             continue
-        values[name] = value
-        source[name] = key
-    return values, set(values)
-
-
-def _unknown_key_message(key: str, valid: list[str]) -> str:
-    candidates = valid + list(KEY_ALIASES)
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-    if not close:
-        close = [c for c in candidates if key.lower() in c or c in key.lower()][:1]
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"unknown config key {key!r}.{hint} Valid keys: {', '.join(valid)} (see docs/readme/trainer.md)"
-
-
-# ---------------------------------------------------------------------------------------------
-# Value checkers: each returns the cleaned value or raises ConfigError naming key, value, rule.
-
-
-def _number_from_text(value: Any) -> Any:
-    # YAML 1.1 (PyYAML) reads `1e-3` and `2e6` as strings; `2_000_000` is already an int.
-    if isinstance(value, str):
-        text = value.strip().replace("_", "")
+        given[canonical] = name
+        section = fields[canonical].metadata.get("section")
+        if section is not None:
+            setattr(target, canonical, _section(section, value, prefix + canonical, problems))
+            continue
         try:
-            return int(text)
-        except ValueError:
-            try:
-                return float(text)
-            except ValueError:
-                return value
-    return value
+            setattr(target, canonical, fields[canonical].metadata["check"](prefix + canonical, value))
+        except ConfigError as error:
+            problems.append(str(error))
+    return set(given)
 
 
-def _integer(key: str, value: Any, minimum: int | None = 1, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    value = _number_from_text(value)
-    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ConfigError(f"{key} must be {kind}{' or null' if allow_none else ''}, got {value!r}")
-    if minimum is not None and value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ConfigError(f"{key} must be {kind}, got {value}")
-    return value
-
-
-def _real(key: str, value: Any, low: float | None = None, high: float | None = None,
-          low_open: bool = False, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    value = _number_from_text(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{key} must be a number{' or null' if allow_none else ''}, got {value!r}")
-    value = float(value)
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and value > high
-    if too_low or too_high:
-        left = "(" if low_open else "["
-        rule = f"in {left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
-        raise ConfigError(f"{key} must be {rule}, got {value}")
-    return value
-
-
-def _boolean(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off", "1", "0"):
-        return value.strip().lower() in ("true", "yes", "on", "1")
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise ConfigError(f"{key} must be true or false, got {value!r}")
-
-
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
-    if isinstance(value, str) and value.strip().lower() in choices:
-        return value.strip().lower()
-    close = difflib.get_close_matches(str(value).lower(), choices, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}.{hint}")
-
-
-def _model_type(key: str, value: Any) -> str:
-    names = list(MODEL_TYPES)
-    listing = "; ".join(f"{name} ({text})" for name, text in MODEL_TYPES.items())
-    if isinstance(value, str) and value.strip().lower() in MODEL_TYPES:
-        return value.strip().lower()
-    if isinstance(value, str) and _LANGUAGE_MODEL_WORDS.search(value):
-        raise ConfigError(
-            f"model_type {value!r} looks like a language model; language models are not policies here. "
-            f"The policy is a small network trained from scratch on the game's observations. "
-            f"model_type must be one of: {listing}")
-    close = difflib.get_close_matches(str(value).lower(), names, n=1, cutoff=0.5)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"unknown model_type {value!r}.{hint} model_type must be one of: {listing}")
-
-
-def _text(key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _device(key: str, value: Any) -> str:
-    text = value.strip().lower() if isinstance(value, str) else value
-    if text in ("gpu", "cuda:gpu", "nvidia"):
-        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {value!r}. Did you mean 'cuda'?")
-    if not isinstance(text, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", text):
-        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {value!r}")
-    if text.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"device {text!r} asked for, but this machine has no usable CUDA GPU "
-                f"(torch.cuda.is_available() is False). Use device: auto (the GPU when there is one, "
-                f"else the CPU) or device: cpu")
-        index = int(text.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"device {text!r} does not exist: this machine has {torch.cuda.device_count()} "
-                              f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    return text
-
-
-def _mapping(key: str, value: Any) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ConfigError(f"{key} must be a mapping of option names to values, got {value!r}")
-    return dict(value)
-
-
-def _wrappers(key: str, value: Any) -> list:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) and ":" in item for item in value):
-        raise ConfigError(f"wrappers must be a list of entry points 'package.module:WrapperClass', got {value!r}")
-    return list(value)
-
-
-def _vector_env(key: str, value: Any) -> bool | str | None:
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("sync", "async"):
-        return value.strip().lower()
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ConfigError(f"vector_env must be true, false, sync, async or null, got {value!r}")
-
-
-def _gpu_ids(key: str, value: Any) -> list | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    if isinstance(value, str):
-        value = [part for part in value.replace(" ", "").split(",") if part]
-        try:
-            value = [int(part) for part in value]
-        except ValueError:
-            pass
-    if not isinstance(value, (list, tuple)) or not value or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
-        raise ConfigError(f"gpu_ids must be a list of CUDA device numbers such as [0, 1], got {value!r}")
-    return list(value)
-
-
-_CHECKERS = {
-    "env_name": _text,
-    "env_kwargs": _mapping,
-    "wrappers": _wrappers,
-    "model_type": _model_type,
-    "algo": lambda k, v: _choice(k, v, ALGORITHMS),
-    "seed": lambda k, v: _integer(k, v, minimum=0),
-    "device": _device,
-    "total_timesteps": lambda k, v: _integer(k, v),
-    "num_envs": lambda k, v: _integer(k, v),
-    "num_steps": lambda k, v: _integer(k, v, allow_none=True),
-    "batch_size": lambda k, v: _integer(k, v, allow_none=True),
-    "mini_batch_size": lambda k, v: _integer(k, v, allow_none=True),
-    "num_minibatches": lambda k, v: _integer(k, v, allow_none=True),
-    "update_epochs": lambda k, v: _integer(k, v),
-    "learning_rate": lambda k, v: _real(k, v, 0.0, 1.0, low_open=True),
-    "anneal_lr": _boolean,
-    "lr_scaling": lambda k, v: _choice(k, "none" if v is None or v is False else v, LR_SCALING_RULES),
-    "lr_reference_batch": lambda k, v: _integer(k, v),
-    "gamma": lambda k, v: _real(k, v, 0.0, 1.0),
-    "gae_lambda": lambda k, v: _real(k, v, 0.0, 1.0),
-    "clip_coef": lambda k, v: _real(k, v, 0.0, None, low_open=True),
-    "clip_vloss": _boolean,
-    "norm_adv": _boolean,
-    "ent_coef": lambda k, v: _real(k, v, 0.0),
-    "vf_coef": lambda k, v: _real(k, v, 0.0),
-    "max_grad_norm": lambda k, v: _real(k, v, 0.0, None, low_open=True),
-    "target_kl": lambda k, v: _real(k, v, 0.0, None, low_open=True, allow_none=True),
-    "norm_obs": _boolean,
-    "norm_reward": _boolean,
-    "use_per": _boolean,
-    "per_alpha": lambda k, v: _real(k, v, 0.0),
-    "per_beta": lambda k, v: _real(k, v, 0.0, 1.0),
-    "vector_env": _vector_env,
-    "num_workers": lambda k, v: _integer(k, v, allow_none=True),
-    "torch_threads": lambda k, v: _integer(k, v, minimum=0),
-    "backend": lambda k, v: _choice(k, v, DISTRIBUTED_BACKENDS),
-    "gpu_ids": _gpu_ids,
-    "gif_interval": lambda k, v: _integer(k, 0 if v is None else v, minimum=0),
-    "gif_max_frames": lambda k, v: _integer(k, v),
-    "gif_time_fraction": lambda k, v: _real(k, v, 0.0, 1.0),
-    "log_interval": lambda k, v: _integer(k, v),
-    "tensorboard": _boolean,
-}
-assert set(_CHECKERS) == set(field_names()) - {"checkpoint"}, "every TrainConfig key needs a checker"
-
-
-def _checkpoint_section(value: Any, problems: list[str]) -> CheckpointConfig:
-    section = CheckpointConfig()
+def _section(cls: type, value: Any, name: str, problems: list[str]) -> Any:
+    section = cls()
     if value is None:
         return section
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
         value = {"interval": value}  # `checkpoint: 100` reads as the interval
     if not isinstance(value, dict):
-        problems.append(f"checkpoint must be a mapping with interval, path and keep, got {value!r}")
+        problems.append(f"{name} must be a mapping with {', '.join(field_names(cls))}, got {short_repr(value)}")
         return section
-    valid = field_names(CheckpointConfig)
-    for key, item in value.items():
-        try:
-            if key == "interval":
-                section.interval = _integer("checkpoint.interval", item, minimum=0)
-            elif key == "keep":
-                section.keep = _integer("checkpoint.keep", item)
-            elif key == "path":
-                section.path = None if item is None else _text("checkpoint.path", str(item))
-            else:
-                close = difflib.get_close_matches(str(key), valid, n=1)
-                hint = f" Did you mean 'checkpoint.{close[0]}'?" if close else ""
-                problems.append(f"unknown key 'checkpoint.{key}'.{hint} The checkpoint section takes: "
-                                f"{', '.join(valid)}")
-        except ConfigError as error:
-            problems.append(str(error))
+    _fill_section(section, value, name + ".", problems)
     return section
+
+
+def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
+    candidates = valid + ([] if prefix else list(KEY_ALIASES))
+    close = difflib.get_close_matches(name[:64], candidates, n=1, cutoff=0.6)
+    if not close and len(name) >= 4:  # `lr_rate` -> learning_rate? no; `timesteps` -> total_timesteps: yes
+        close = [c for c in candidates if name.lower()[:64] in c or c in name.lower()[:64]][:1]
+    hint = f" Did you mean {prefix + close[0]!r}?" if close else ""
+    if prefix:
+        return (f"unknown key {short_repr(prefix + name)}.{hint} The {prefix.rstrip('.')} section takes: "
+                f"{', '.join(valid)}")
+    return f"unknown config key {short_repr(name)}.{hint} Valid keys: {', '.join(valid)} (see docs/readme/trainer.md)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -552,32 +406,41 @@ def _checkpoint_section(value: Any, problems: list[str]) -> CheckpointConfig:
 
 
 def _divisors_near(number: int, target: int) -> list[int]:
-    """The divisors of `number` just below and just above `target`."""
-    divisors = [d for d in range(1, number + 1) if number % d == 0]
-    below = [d for d in divisors if d < target]
-    above = [d for d in divisors if d > target]
+    """The divisors of `number` just below and just above `target` (found by trial division up to
+    sqrt(number), so a huge batch cannot stall the caller)."""
+    divisors: set[int] = set()
+    candidate = 1
+    while candidate * candidate <= number and candidate <= 10**6:
+        if number % candidate == 0:
+            divisors.update((candidate, number // candidate))
+        candidate += 1
+    ordered = sorted(divisors)
+    below = [d for d in ordered if d < target]
+    above = [d for d in ordered if d > target]
     return below[-1:] + above[:1]
 
 
+def _largest_divisor_up_to(number: int, limit: int) -> int:
+    return next(d for d in range(min(limit, number), 0, -1) if number % d == 0)
+
+
 def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) -> None:
-    _resolve_batch_sizes(config, given, problems)
+    _resolve_batch_sizes(config, problems)
     if config.algo == "a2c" and "update_epochs" in given and config.update_epochs != 1:
         problems.append(f"algo a2c makes one pass over each rollout, but update_epochs is {config.update_epochs}; "
                         f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs")
     if config.algo == "a2c":
         config.update_epochs = 1
-    try:
-        from envs import resolve_env_name
-        from envs.base import EnvError
-    except ImportError:  # envs/ missing: the run will fail later with its own message
-        return
+    from envs import resolve_env_name
+    from envs.base import EnvError
+
     try:
         resolve_env_name(config.env_name)
     except EnvError as error:
         problems.append(f"env_name: {error}")
 
 
-def _resolve_batch_sizes(config: TrainConfig, given: set[str], problems: list[str]) -> None:
+def _resolve_batch_sizes(config: TrainConfig, problems: list[str]) -> None:
     num_envs = config.num_envs
     if config.num_steps is not None and config.batch_size is not None:
         if config.num_steps * num_envs != config.batch_size:
@@ -619,8 +482,7 @@ def _resolve_batch_sizes(config: TrainConfig, given: set[str], problems: list[st
         if config.algo == "a2c":
             config.mini_batch_size = batch_size
         else:
-            config.mini_batch_size = max(d for d in range(1, min(DEFAULT_MINI_BATCH_SIZE, batch_size) + 1)
-                                         if batch_size % d == 0)
+            config.mini_batch_size = _largest_divisor_up_to(batch_size, DEFAULT_MINI_BATCH_SIZE)
     mini = config.mini_batch_size
     if mini > batch_size:
         problems.append(
@@ -638,9 +500,7 @@ def _resolve_batch_sizes(config: TrainConfig, given: set[str], problems: list[st
 
 
 def to_yaml(config: TrainConfig) -> str:
-    import yaml
-
-    return yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False)
+    return dump_yaml(config.to_dict())
 
 
 def reference_markdown() -> str:
