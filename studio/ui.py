@@ -47,6 +47,8 @@ DEFAULT_ENV = "cartpole"
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
 DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
 USER_ERRORS = (FormError, ConfigError, RunError)
+SESSION_CAPACITY = 200        # browser sessions whose state Gradio keeps (Gradio's default: 10,000)
+SESSION_SECONDS = 6 * 3600    # a tab's state is dropped this long after its last update
 
 CSS = """
 .gradio-container {max-width: 1500px !important}
@@ -538,8 +540,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
     private = dict(api_visibility="private")
 
     with gr.Blocks(title="RL Studio", delete_cache=(600, 3600)) as demo:
-        live_viewed = gr.State({})
-        runs_viewed = gr.State({})
+        live_viewed = gr.State({}, time_to_live=SESSION_SECONDS)
+        runs_viewed = gr.State({}, time_to_live=SESSION_SECONDS)
         gr.Markdown(
             "# RL Studio\nTrain a game-playing agent with PPO: pick a game and a model, press "
             "**Start**, watch it learn, download the trained model.",
@@ -686,6 +688,20 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
     return demo
 
 
+def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_paths: list[str],
+                   max_upload_size: str) -> dict:
+    """Blocks.launch keywords: files served only from the runs folder, bounded session state,
+    failed logins throttled per client address."""
+    from starlette.middleware import Middleware
+
+    from studio.throttle import LoginThrottle
+
+    return dict(server_name=host, server_port=port, auth=auth, css=CSS, theme=gr.themes.Soft(),
+                allowed_paths=allowed_paths, max_file_size=max_upload_size, footer_links=["api"],
+                show_error=False, state_session_capacity=SESSION_CAPACITY,
+                app_kwargs={"middleware": [Middleware(LoginThrottle)]})
+
+
 def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
            auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
            allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb") -> None:
@@ -694,10 +710,6 @@ def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds)
     demo.queue(default_concurrency_limit=4)
     try:
-        demo.launch(
-            server_name=host, server_port=port, auth=auth, css=CSS, theme=gr.themes.Soft(),
-            allowed_paths=[str(manager.runs_dir)], max_file_size=max_upload_size,
-            footer_links=["api"], show_error=False,
-        )
+        demo.launch(**launch_options(host, port, auth, [str(manager.runs_dir)], max_upload_size))
     finally:
         manager.shutdown()
