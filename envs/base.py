@@ -2,7 +2,8 @@
 
 A `VecEnv` holds `num_envs` copies of one game as tensors on one device. `step` takes a batch of
 actions and returns a batch of observations, rewards and done flags; an env that finishes is
-reset inside `step`, and the observation it ended on is kept in `info["final_obs"]`.
+reset inside `step`, and the observation it ended on is kept in `info["final_obs"]`. That step
+is written once, in `VecEnv.step`; a game supplies its physics and observations as three hooks.
 
 `EpisodeStats` keeps the running return / length / score of every env and the totals of the
 episodes that finished, all on the device, so that stepping never waits for the host. The
@@ -29,6 +30,33 @@ class UnknownEnvError(EnvError, ValueError):
 
 class EnvConfigError(EnvError, ValueError):
     """A keyword argument given to an environment is unknown or has a bad value."""
+
+
+def positive_int(name: str, value: object) -> int:
+    """`value` if it is a whole number >= 1 (not a bool), else an EnvConfigError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EnvConfigError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def finite_number(name: str, value: object) -> float:
+    """`value` as a float if it is a finite number (not a bool), else an EnvConfigError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise EnvConfigError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def size_pair(name: str, value: object, low: int, high: int) -> tuple[int, int]:
+    """(height, width) from an int (a square) or a [height, width] pair, each in low..high."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in value)
+    ):
+        raise EnvConfigError(f"{name} must be an integer or [height, width], each {low}..{high}, got {value!r}")
+    return int(value[0]), int(value[1])
 
 
 RECENT_EPISODES = 100  # EpisodeSummary.recent_* average over this many last finished episodes
@@ -75,6 +103,8 @@ class EpisodeStats:
         self._running_rows = self.running.unbind(0)  # views, made once rather than every step
         self._one = torch.ones((), device=self.device)  # a tensor operand is cheaper than 1.0
         self._log = StepLog(num_envs, self.device)
+        # The last logged row, saved by `flush` (which then uses the log as scratch): `finished`.
+        self._last_finished = torch.zeros(3, num_envs, device=self.device)
         # Episodes finished since the last drain, up to the last flush; the sums over all envs
         # are float64 (float32 is exact for integers below 2**24 only).
         self._episode_count = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -102,6 +132,17 @@ class EpisodeStats:
     def running_score(self) -> Tensor:
         """(N,) game score of the episode in progress in every env."""
         return self.running[2]
+
+    @property
+    def finished(self) -> Tensor:
+        """(3, N) return, length and score (rows as `running`) of the episodes that ended on the
+        last step, in their env's column; 0 in the columns of the envs that did not finish.
+
+        A view that the following steps overwrite: copy it (`.cpu()`, `.clone()`) to keep it.
+        Free to keep: it is the step log's last row, or the copy `flush` saved of it.
+        """
+        row = self._log.last_row()
+        return self._last_finished if row is None else row
 
     def reset(self) -> None:
         """Forget the episodes in progress (called when the env is reset)."""
@@ -133,6 +174,7 @@ class EpisodeStats:
         finished = self._log.take()
         if finished is None:
             return
+        self._last_finished.copy_(finished[:, -1])  # one copy per flush, so `finished` survives it
         # Sums per env first (a few episodes each: exact for whole numbers), then over envs.
         self._episode_sums.add_(finished.sum(dim=1).sum(dim=1, dtype=torch.float64))
         finished = finished.flatten(1)  # (3, steps * N): step by step, env by env
@@ -221,6 +263,10 @@ class StepLog:
     def is_full(self) -> bool:
         return self._steps == self.capacity
 
+    def last_row(self) -> Tensor | None:
+        """The row written last, None right after a `take` (which makes the log scratch)."""
+        return self._rows[self._steps - 1] if self._steps else None
+
     def take(self) -> Tensor | None:
         """(3, steps, N) values logged since the last take (None if none): a view of the log,
         which starts again from its first row, so the caller may use it as scratch until the
@@ -293,9 +339,12 @@ def resolve_device(device: torch.device | str) -> torch.device:
 class VecEnv:
     """A batch of `num_envs` copies of one game, stepped together with tensor ops.
 
-    Subclasses set `single_observation_space`, `single_action_space` and implement
-    `_reset_all`, `step` and `render`. Observations are float32 (N, *obs_shape); discrete
-    actions are int64 (N,), continuous ones float32 (N, act_dim).
+    A game sets `single_observation_space`, `single_action_space` and implements `_reset_all`
+    (start every env, return the observations), `render`, and the three hooks of `step`:
+    `_advance` (its physics and rewards), `_observe` (its observation) and `_restart` (a new
+    episode in the finished envs). A wrapper of other vector envs (`GymVecEnv`) overrides `step`
+    instead. Observations are float32 (N, *obs_shape); discrete actions are int64 (N,),
+    continuous ones float32 (N, act_dim).
     """
 
     num_envs: int
@@ -310,9 +359,7 @@ class VecEnv:
     auto_reset: bool = True
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise EnvConfigError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self.num_envs = num_envs
+        self.num_envs = positive_int("num_envs", num_envs)
         self.device = resolve_device(device)
         self.generator = torch.Generator(device=self.device)
         self._seed_generator(seed)
@@ -337,6 +384,36 @@ class VecEnv:
         raise NotImplementedError
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """Move every env one step: (obs, reward, terminated, truncated, {"final_obs": ...}).
+
+        The one step of every native game. A finished env (terminated or truncated) starts a
+        new episode at once unless `auto_reset` is False; `obs` is then its new episode's first
+        observation and `info["final_obs"]` the one it ended on (the same tensor as `obs` when
+        `auto_reset` is False). Nothing here but the game's hooks, one `|` and the statistics, as
+        with few envs every torch op costs microseconds.
+        """
+        reward, score, terminated, truncated = self._advance(self._check_actions(actions))
+        done = terminated | truncated
+        self.stats.update(reward, score, done)
+        final_obs = self._observe(done)
+        obs = self._restart(done, final_obs) if self.auto_reset else final_obs
+        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The game's physics for one step of every env, written into its state:
+        (reward float32, score float32 of the episode so far, terminated bool, truncated bool),
+        each (N,). The envs that finish keep their final state until `_restart`."""
+        raise NotImplementedError
+
+    def _observe(self, done: Tensor) -> Tensor:
+        """(N, *obs_shape) observation of every env as `_advance` left it: for the `done` envs,
+        the observation their episode ended on (a game may treat them apart, e.g. give them no
+        new food). Must be a new tensor, or one the game no longer writes in place."""
+        raise NotImplementedError
+
+    def _restart(self, done: Tensor, final_obs: Tensor) -> Tensor:
+        """Start a new episode in the `done` envs (the others carry on) and return every env's
+        observation: `final_obs` for the others, the first of the new episode for `done`."""
         raise NotImplementedError
 
     def render(self, index: int = 0) -> np.ndarray:
@@ -356,8 +433,9 @@ class VecEnv:
             raise EnvError(f"render index must be in 0..{self.num_envs - 1}, got {index!r}")
         return int(index)
 
-    def _discrete_actions(self, actions: Tensor | np.ndarray | list) -> Tensor:
-        """Check the shape of a batch of discrete actions (no host sync) and put it on the device."""
+    def _check_actions(self, actions: Tensor | np.ndarray | list) -> Tensor:
+        """Check the shape of a batch of discrete actions (no host sync) and put it on the device
+        (a game with continuous actions overrides this)."""
         if not isinstance(actions, Tensor):
             actions = torch.as_tensor(np.asarray(actions))
         if actions.shape != (self.num_envs,):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, UniformNoise, VecEnv
+from envs.base import EnvConfigError, UniformNoise, VecEnv, positive_int
 from envs.rendering import import_pygame, surface_to_array
 
 GRAVITY = 9.8
@@ -63,14 +63,12 @@ class CartPoleVecEnv(VecEnv):
         precision: str = "float32",
     ):
         super().__init__(num_envs, device, seed)
-        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
-            raise EnvConfigError(f"max_episode_steps must be a positive integer, got {max_episode_steps!r}")
         if not isinstance(sutton_barto_reward, bool):
             raise EnvConfigError(f"sutton_barto_reward must be true or false, got {sutton_barto_reward!r}")
         if precision not in ("float32", "float64"):
             raise EnvConfigError(f"precision must be 'float32' or 'float64', got {precision!r}")
         self.state_dtype = torch.float32 if precision == "float32" else torch.float64
-        self.max_episode_steps = max_episode_steps
+        self.max_episode_steps = positive_int("max_episode_steps", max_episode_steps)
         self.sutton_barto_reward = sutton_barto_reward
         high = np.array([POSITION_LIMIT * 2, np.inf, ANGLE_LIMIT_RADIANS * 2, np.inf], dtype=np.float32)
         self.single_observation_space = gymnasium.spaces.Box(-high, high, dtype=np.float32)
@@ -97,8 +95,7 @@ class CartPoleVecEnv(VecEnv):
         if episode_length is not None:
             self.episode_length.copy_(torch.as_tensor(episode_length, dtype=torch.float32).reshape(self.num_envs))
 
-    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        actions = self._discrete_actions(actions)
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         c = self._constants
         # Every step writes new tensors (the caller may keep the ones returned last time).
         _, x_velocity, angle, angular_velocity = self.state.unbind(1)
@@ -117,30 +114,27 @@ class CartPoleVecEnv(VecEnv):
         x_acceleration = temp.sub_((angular_acceleration * c.pole_mass_length).mul_(cos_angle).div_(c.total_mass))
         # Euler: x + tau * dx/dt for the four state variables at once.
         derivatives = torch.stack((x_velocity, x_acceleration, angular_velocity, angular_acceleration), dim=1)
-        final_state = derivatives.mul_(c.seconds_per_step).add_(self.state)
+        self.state = derivatives.mul_(c.seconds_per_step).add_(self.state)
 
-        new_x, _, new_angle, _ = final_state.unbind(1)
+        new_x, _, new_angle, _ = self.state.unbind(1)
         terminated = (new_x.abs() > c.position_limit).logical_or_(new_angle.abs() > c.angle_limit)  # 2.4, 12 deg
         self.episode_length.add_(c.one)
         truncated = self.episode_length >= c.max_episode_steps
-        done = terminated | truncated
         if self.sutton_barto_reward:
             reward = torch.where(terminated, c.minus_one, c.zero)
         else:
             reward = torch.ones(self.num_envs, device=self.device)
-        self.stats.update(reward, self.episode_length, done)
+        return reward, self.episode_length, terminated, truncated
 
-        # Auto-reset: finished envs start again from a random state; the rest carry on.
-        if not self.auto_reset:
-            self.state = final_state
-            final_obs = final_state.to(torch.float32)
-            return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
-        self.state = torch.where(done.unsqueeze(1), self._random_start_states(), final_state)
+    def _observe(self, done: Tensor) -> Tensor:
+        return self.state.to(torch.float32)  # float32 state: the state itself, never written in place
+
+    def _restart(self, done: Tensor, final_obs: Tensor) -> Tensor:
+        self.state = torch.where(done.unsqueeze(1), self._random_start_states(), self.state)
         self.episode_length.masked_fill_(done, 0.0)
-        return self.state.to(torch.float32), reward, terminated, truncated, {"final_obs": final_state.to(torch.float32)}
+        return self.state.to(torch.float32)
 
     def game_score(self) -> Tensor:
-        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
         return self.episode_length
 
     # Rendering --------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, UniformNoise, VecEnv
+from envs.base import EnvConfigError, UniformNoise, VecEnv, finite_number, positive_int, size_pair
 from envs.rendering import font, import_pygame, surface_to_array
 
 SCREEN_WIDTH = 288
@@ -52,24 +52,6 @@ def _positive_number(name: str, value, minimum: float = 0.0, maximum: float = ma
         bounds = f"between {minimum} and {maximum}" if maximum < math.inf else f"at least {minimum}"
         raise EnvConfigError(f"{name} must be a number {bounds}, got {value!r}")
     return float(value)
-
-
-def _reward(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EnvConfigError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _pixel_size(value) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    if (
-        not isinstance(value, (tuple, list))
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and 16 <= v <= 512 for v in value)
-    ):
-        raise EnvConfigError(f"pixel_size must be an integer or [height, width], each 16..512, got {value!r}")
-    return int(value[0]), int(value[1])
 
 
 class FlappyBirdVecEnv(VecEnv):
@@ -118,19 +100,17 @@ class FlappyBirdVecEnv(VecEnv):
             raise EnvConfigError(f"obs must be 'vector' or 'pixels', got {obs!r}")
         if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or not 1 <= frame_stack <= 8:
             raise EnvConfigError(f"frame_stack must be an integer from 1 to 8, got {frame_stack!r}")
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise EnvConfigError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.obs_mode = obs
-        self.pixel_size = _pixel_size(pixel_size)
+        self.pixel_size = size_pair("pixel_size", pixel_size, 16, 512)
         self.frame_stack = frame_stack
         self.gap_size = _positive_number("gap_size", gap_size, BIRD_HEIGHT + 6, GROUND_Y * 0.6)
         self.pipe_speed = _positive_number("pipe_speed", pipe_speed, 0.5, 20)
         self.pipe_spacing = _positive_number("pipe_spacing", pipe_spacing, 80 + self.pipe_speed, 600)
         self.flap_velocity = _positive_number("flap_velocity", -flap_velocity, 1, 30) * -1.0
-        self.reward_alive = _reward("reward_alive", reward_alive)
-        self.reward_pipe = _reward("reward_pipe", reward_pipe)
-        self.reward_death = _reward("reward_death", reward_death)
-        self.max_steps = max_steps
+        self.reward_alive = finite_number("reward_alive", reward_alive)
+        self.reward_pipe = finite_number("reward_pipe", reward_pipe)
+        self.reward_death = finite_number("reward_death", reward_death)
+        self.max_steps = positive_int("max_steps", max_steps)
 
         # Gap tops are drawn as the original does: int(uniform in [0, 0.6 * ground - gap)) + 0.2 * ground.
         self.gap_top_min = float(int(GROUND_Y * 0.2))
@@ -218,8 +198,7 @@ class FlappyBirdVecEnv(VecEnv):
             self._spawn_fields = self._noise.draw(4)
         return self._spawn_fields[field]
 
-    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        actions = self._discrete_actions(actions)
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         flap = actions == 1
         velocity = torch.where(flap, self.flap_velocity, (self.bird_velocity + GRAVITY).clamp_(max=MAX_FALL_SPEED))
         bird_y = (self.bird_y + velocity).clamp_(min=0.0)  # the top of the screen is a ceiling
@@ -241,48 +220,37 @@ class FlappyBirdVecEnv(VecEnv):
         shift = pipe_offset < -PIPE_WIDTH
         pipe_offset = torch.where(shift, pipe_offset + self.pipe_spacing, pipe_offset)
         shifted_gaps = torch.cat((self._gaps[1:], self._random_gap_tops(self._spawn_uniform()).unsqueeze(0)))
-        gap_tops = torch.where(shift, shifted_gaps, self._gaps)
+        self._gaps = torch.where(shift, shifted_gaps, self._gaps)
+        self.bird_y, self.bird_velocity, self.pipe_offset = bird_y, velocity, pipe_offset
         self._steps_taken += 1
 
         score = self.score.add_(pipes_passed)
         self.episode_length.add_(1.0)
         truncated = self.episode_length >= self.max_steps
-        done = terminated | truncated
         reward = torch.where(terminated, self.reward_death, self.reward_alive).add_(pipes_passed * self.reward_pipe)
-        self.stats.update(reward, score, done)
+        return reward, score, terminated, truncated
 
-        if self.obs_mode == "pixels":
-            return self._pixel_step_result(bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done)
-        final_obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
-        if self.auto_reset:
-            bird_y, velocity, pipe_offset, gap_tops = self._restart_finished(done, bird_y, velocity, pipe_offset, gap_tops)
-            obs = self._vector_obs(bird_y, velocity, pipe_offset, gap_tops)
-        else:
-            obs = final_obs
-        self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = bird_y, velocity, pipe_offset, gap_tops
-        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+    def _observe(self, done: Tensor) -> Tensor:
+        if self.obs_mode == "vector":
+            return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
+        # One new frame per env, pushed onto its stack.
+        frame = self._pixel_frame(self.bird_y, self.pipe_offset, self._gaps)
+        self._frames = torch.cat((self._frames[:, 1:], frame.unsqueeze(1)), dim=1)
+        return self._frames
 
-    def _restart_finished(self, done: Tensor, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor,
-                          gap_tops: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Auto-reset: the envs that are `done` start a new game; the others carry on."""
+    def _restart(self, done: Tensor, final_obs: Tensor) -> Tensor:
         start_y, start_velocity, start_offset, start_gaps = self._start_state()
         self.score.masked_fill_(done, 0.0)
         self.episode_length.masked_fill_(done, 0.0)
-        return (torch.where(done, start_y, bird_y), torch.where(done, start_velocity, velocity),
-                torch.where(done, start_offset, pipe_offset), torch.where(done, start_gaps, gap_tops))
-
-    def _pixel_step_result(self, bird_y, velocity, pipe_offset, gap_tops, reward, terminated, truncated, done):
-        """The end of `step` for pixel observations: one new frame per env, and the constant
-        start picture for envs that begin a new game."""
-        frame = self._pixel_frame(bird_y, pipe_offset, gap_tops)
-        final_obs = torch.cat((self._frames[:, 1:], frame.unsqueeze(1)), dim=1)
-        obs = final_obs
-        if self.auto_reset:
-            bird_y, velocity, pipe_offset, gap_tops = self._restart_finished(done, bird_y, velocity, pipe_offset, gap_tops)
-            obs = torch.where(done.view(-1, 1, 1, 1), self._start_frames, final_obs)
-        self._frames = obs
-        self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = bird_y, velocity, pipe_offset, gap_tops
-        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+        self.bird_y = torch.where(done, start_y, self.bird_y)
+        self.bird_velocity = torch.where(done, start_velocity, self.bird_velocity)
+        self.pipe_offset = torch.where(done, start_offset, self.pipe_offset)
+        self._gaps = torch.where(done, start_gaps, self._gaps)
+        if self.obs_mode == "vector":
+            return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
+        # Every game starts with the same picture: no frame to draw for the new ones.
+        self._frames = torch.where(done.view(-1, 1, 1, 1), self._start_frames, final_obs)
+        return self._frames
 
     # Observations -----------------------------------------------------------------------------
 
@@ -325,7 +293,6 @@ class FlappyBirdVecEnv(VecEnv):
         return torch.bmm(row_factors.transpose(1, 2), column_factors).clamp_(max=1.0)
 
     def game_score(self) -> Tensor:
-        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
         return self.score
 
     # Rendering --------------------------------------------------------------------------------

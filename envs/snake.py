@@ -30,14 +30,12 @@ Reward: `reward_food` (+1) per food, `reward_death` (-1) on a crash, `reward_ste
 """
 from __future__ import annotations
 
-import math
-
 import gymnasium
 import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, UniformNoise, VecEnv
+from envs.base import EnvConfigError, UniformNoise, VecEnv, finite_number, positive_int, size_pair
 from envs.rendering import font, import_pygame, surface_to_array
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
@@ -48,12 +46,6 @@ VECTOR_OBS_SIZE = 18
 FIELD_BITS = UniformNoise.FIELD_BITS  # random bits per uniform draw
 FOOD_TRIES = 4  # random cells tried per step for a new food
 WALL_ROWS = 2  # rows of wall above and below the playing field
-
-
-def _finite(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EnvConfigError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 class SnakeVecEnv(VecEnv):
@@ -90,30 +82,20 @@ class SnakeVecEnv(VecEnv):
         max_steps_without_food: int | None = None,
     ):
         super().__init__(num_envs, device, seed)
-        if isinstance(grid_size, int) and not isinstance(grid_size, bool):
-            grid_size = (grid_size, grid_size)
-        if (
-            not isinstance(grid_size, (tuple, list))
-            or len(grid_size) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and 5 <= v <= 64 for v in grid_size)
-        ):
-            raise EnvConfigError(f"grid_size must be an integer or [height, width], each 5..64, got {grid_size!r}")
         if obs not in ("vector", "grid"):
             raise EnvConfigError(f"obs must be 'vector' or 'grid', got {obs!r}")
         if action_mode not in ("relative", "absolute"):
             raise EnvConfigError(f"action_mode must be 'relative' or 'absolute', got {action_mode!r}")
-        self.height, self.width = int(grid_size[0]), int(grid_size[1])
+        self.height, self.width = size_pair("grid_size", grid_size, 5, 64)
         self.num_cells = self.height * self.width
         if max_steps_without_food is None:
             max_steps_without_food = 100 + self.num_cells
-        if isinstance(max_steps_without_food, bool) or not isinstance(max_steps_without_food, int) or max_steps_without_food < 1:
-            raise EnvConfigError(f"max_steps_without_food must be a positive integer, got {max_steps_without_food!r}")
         self.obs_mode = obs
         self.action_mode = action_mode
-        self.reward_food = _finite("reward_food", reward_food)
-        self.reward_death = _finite("reward_death", reward_death)
-        self.reward_step = _finite("reward_step", reward_step)
-        self.max_steps_without_food = max_steps_without_food
+        self.reward_food = finite_number("reward_food", reward_food)
+        self.reward_death = finite_number("reward_death", reward_death)
+        self.reward_step = finite_number("reward_step", reward_step)
+        self.max_steps_without_food = positive_int("max_steps_without_food", max_steps_without_food)
 
         dev = self.device
         if obs == "vector":
@@ -137,6 +119,7 @@ class SnakeVecEnv(VecEnv):
         self._env_scratch = self._env_base + self._scratch_cell
         self._env_start = self._env_base + self._start_cell
         self._random_bits = torch.empty(num_envs, **long)
+        self._between_hooks: tuple[Tensor, ...] = ()  # what one hook of `step` hands the next
         self.reset()
 
     def _build_tables(self) -> None:
@@ -309,8 +292,7 @@ class SnakeVecEnv(VecEnv):
             return self._grid_obs()
         return self._vector_obs(torch.zeros(self.num_envs, dtype=torch.int64, device=self.device))
 
-    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        actions = self._discrete_actions(actions)
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         self._rebase_board()
         board = self.board.view(-1)
         move = self.heading * self._actions_per_heading + actions
@@ -332,30 +314,29 @@ class SnakeVecEnv(VecEnv):
         score = self.score.add_(eats)
         self.steps_without_food.add_(1.0).masked_fill_(eats, 0.0)
 
-        won = self.length >= self.num_cells
-        terminated = crashed | won
+        terminated = crashed | (self.length >= self.num_cells)  # a crash, or a full board: won
         truncated = self.steps_without_food >= self.max_steps_without_food
-        done = terminated | truncated
         reward = torch.where(crashed, self.reward_death, self.reward_step)
         reward = torch.where(eats, self.reward_food + self.reward_step, reward)
-        self.stats.update(reward, score, done)
+        self._between_hooks = (eats,)
+        return reward, score, terminated, truncated
 
+    def _observe(self, done: Tensor) -> Tensor:
+        # What `_restart` needs too is handed on in a tuple, not in tensor attributes: it is no
+        # state, and checkpoints copy every tensor attribute.
+        (eats,) = self._between_hooks
         fields = self._draw_fields()
         self._place_food((eats | (self.food < 0)) & ~done, fields)
-        if self.obs_mode == "grid":
-            final_obs = self._grid_obs()
-            if self.auto_reset:
-                self._start_new_episodes(done, fields)
-                return self._grid_obs(), reward, terminated, truncated, {"final_obs": final_obs}
-            return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
-        danger = self._danger_code()
-        final_obs = self._vector_obs(danger)
-        if not self.auto_reset:
-            return final_obs, reward, terminated, truncated, {"final_obs": final_obs}
-        # A finished env did not use `fields` for food above, so its new game can. Nothing is
-        # in danger at the start (the head alone in the centre): code 0.
+        danger = self._danger_code() if self.obs_mode == "vector" else None
+        self._between_hooks = (fields, danger)
+        return self._grid_obs() if danger is None else self._vector_obs(danger)
+
+    def _restart(self, done: Tensor, final_obs: Tensor) -> Tensor:
+        # A finished env did not use `fields` for food above, so its new game can.
+        fields, danger = self._between_hooks
         self._start_new_episodes(done, fields)
-        return self._vector_obs(danger.masked_fill_(done, 0)), reward, terminated, truncated, {"final_obs": final_obs}
+        # Nothing is in danger at the start (the head alone in the centre): code 0.
+        return self._grid_obs() if danger is None else self._vector_obs(danger.masked_fill_(done, 0))
 
     def _place_food(self, needs_food: Tensor, fields: Tensor) -> None:
         """Give a new food to the envs in `needs_food`, on the first free of a few random cells
@@ -411,7 +392,6 @@ class SnakeVecEnv(VecEnv):
         return planes
 
     def game_score(self) -> Tensor:
-        """(N,) score of each env's current episode (after an auto-reset: of the new one)."""
         return self.score
 
     # Rendering --------------------------------------------------------------------------------
