@@ -175,7 +175,7 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
     and V_old, bootstrap, GAE, PPO epochs) on random rollout data of the same shape, with no
     env stepping and no acting at all.
 
-    It runs `TrainingSession._train_one_update`, the function the training loop calls, with the
+    It runs `TrainingSession.train_one_update`, the function the training loop calls, with the
     rollout collection replaced by a no-op over a buffer filled once with random data.
     """
     import torch
@@ -193,11 +193,11 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
             loop.collect_rollout = lambda env, policy, buffer, next_obs, *rest: next_obs  # no env
             try:
                 session.update = 1
-                session._train_one_update()  # warm-up
+                session.train_one_update()  # warm-up
                 updates, start = 0, time.perf_counter()
                 while True:
                     session.update = min(session.update + 1, session.num_updates)
-                    session._train_one_update()
+                    session.train_one_update()
                     updates += 1
                     seconds = time.perf_counter() - start
                     if seconds >= min_seconds and updates >= 3:

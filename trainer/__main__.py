@@ -129,10 +129,11 @@ def train_command(argv: list[str]) -> int:
         return EXIT_USAGE
 
     from trainer.distributed import setup_distributed, shutdown_distributed
-    from trainer.loop import ResumeError, _device_type, train
+    from trainer.loop import ResumeError, train
     from trainer.run_dir import create_run_dir
+    from trainer.setup import device_type
 
-    context = setup_distributed(config.backend, _device_type(config))
+    context = setup_distributed(config.backend, device_type(config))
     is_main = context is None or context.is_main
     if args.resume:
         run_dir = Path(args.resume).resolve()

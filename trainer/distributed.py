@@ -63,6 +63,19 @@ class DistributedContext:
         self.all_reduce_sum_(tensor)
         return bool(tensor.item() > 0)
 
+    def merge_episode_numbers(self, totals: list[float], recent: list[float | None],
+                              device: torch.device) -> tuple[list[float], list[float | None]]:
+        """Sum the episode totals (count, sums of return / length / score) of all ranks; average
+        their recent-100 means over the ranks that have any (one all-reduce)."""
+        packed = torch.tensor(totals + [value if value is not None else 0.0 for value in recent]
+                              + [1.0 if recent[0] is not None else 0.0], dtype=torch.float64, device=device)
+        self.all_reduce_sum_(packed)
+        host = packed.tolist()
+        ranks_with_recent = host[-1]
+        merged_recent = [value / ranks_with_recent if ranks_with_recent else None
+                         for value in host[len(totals):len(totals) + len(recent)]]
+        return host[:len(totals)], merged_recent
+
     def barrier(self) -> None:
         import torch.distributed as dist
 

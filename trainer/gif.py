@@ -7,7 +7,6 @@ with GIFs learns exactly what it learns without them.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 from trainer.models import build_policy
+from trainer.run_dir import atomic_write
 
 MAX_GIF_WIDTH = 320  # wider frames are downsampled by an integer factor (smaller, faster files)
 MAX_GIF_FPS = 30     # envs that render faster (CartPole: 50) have frames skipped: rendering is the cost
@@ -88,12 +88,38 @@ class GifRecorder:
             self._env = None
 
 
+GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005  # the first GIF's cost guess; later ones use the measured cost
+
+
+class GifBudget:
+    """Keeps rollout GIFs to `time_fraction` of the training time: a scheduled GIF (every
+    `interval` updates) is skipped when its expected cost would go over the budget. The cost is
+    guessed from the current episode length and the measured cost per frame."""
+
+    def __init__(self, interval: int, max_frames: int, time_fraction: float, seconds_spent: float = 0.0):
+        self.interval = interval
+        self.max_frames = max_frames
+        self.time_fraction = time_fraction
+        self.seconds_spent = seconds_spent         # saved in checkpoints: a resumed run keeps its budget
+        self.seconds_per_frame = GIF_SECONDS_PER_FRAME_ESTIMATE
+
+    def due(self, update: int, training_seconds: float, episode_length: float | None) -> bool:
+        if not self.interval or update % self.interval:
+            return False
+        if self.time_fraction >= 1.0:  # no budget
+            return True
+        expected_cost = self.seconds_per_frame * min(self.max_frames, episode_length or self.max_frames)
+        return self.seconds_spent + expected_cost <= self.time_fraction * training_seconds
+
+    def spent(self, result: GifResult) -> None:
+        self.seconds_spent += result.seconds
+        self.seconds_per_frame = result.seconds / max(1, result.frames)
+
+
 def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 30) -> Path:
     """Frames (H x W x 3 uint8) -> an animated GIF that loops, written atomically."""
     from PIL import Image
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     factor = max(1, -(-frames[0].shape[1] // MAX_GIF_WIDTH))
     # One shared palette (from a few frames spread over the episode) is much faster than
     # quantising every frame on its own.
@@ -102,12 +128,6 @@ def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 30) -> Pa
     samples = np.concatenate([small[i] for i in np.linspace(0, len(small) - 1, min(4, len(small))).astype(int)])
     palette_source = Image.fromarray(samples).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
     quantised = [image.quantize(palette=palette_source, dither=Image.Dither.NONE) for image in images]
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        quantised[0].save(temporary, format="GIF", save_all=True, append_images=quantised[1:],
-                          duration=max(20, round(1000 / max(1, fps))), loop=0, optimize=False)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return path
+    return atomic_write(path, lambda file: quantised[0].save(
+        file, format="GIF", save_all=True, append_images=quantised[1:],
+        duration=max(20, round(1000 / max(1, fps))), loop=0, optimize=False))

@@ -1,0 +1,91 @@
+"""What a run saves and how a resumed run gets it back: the one place that builds checkpoint and
+model payloads (the format is described in trainer/checkpoint.py) and restores a session from one.
+
+A resumed run on the same layout (native env, same num_envs and world size, rank 0) continues
+exactly: env tensors, the sampling generator and the next observations come back, so stopping
+and resuming learns bit for bit what an unbroken run learns. Other ranks, Gymnasium envs and a
+changed num_envs start fresh episodes with new random streams (`trainer.seeding`, at the
+checkpoint's update).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainer.checkpoint import (FORMAT, FORMAT_VERSION, capture_env_state, latest_checkpoint, library_versions,
+                                restore_env_state)
+from trainer.seeding import seeds
+
+if TYPE_CHECKING:
+    from trainer.loop import TrainingSession
+
+
+class ResumeError(RuntimeError):
+    """A run cannot be resumed (no checkpoint, or one that does not fit the config)."""
+
+
+def model_payload(session: "TrainingSession") -> dict:
+    """The final model (`kind: model`): enough for `load_model(path).predict(obs)`."""
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": "model",
+        "policy_spec": session.policy_spec, "policy_state": session.policy.state_dict(),
+        "config": session.config.to_dict(), "env_name": session.config.env_name, "algo": session.config.algo,
+        "global_step": session.global_step, "update": session.update,
+        "elapsed": session.training_seconds(), "episodes": session.episodes, "versions": library_versions(),
+    }
+
+
+def checkpoint_payload(session: "TrainingSession") -> dict:
+    """The model plus everything an exact resume needs (`kind: checkpoint`)."""
+    payload = model_payload(session)
+    payload.update({
+        "kind": "checkpoint",
+        "optimizer_state": session.optimizer.state_dict(),
+        "reward_scaler": session.reward_scaler.state_dict() if session.reward_scaler is not None else None,
+        "rng": {"sampling": session.generator.get_state()},
+        "env_state": capture_env_state(session.env),
+        "next_obs": session.next_obs,
+        "num_envs": session.config.num_envs, "world_size": session.world_size,
+        "gif_seconds": session.gif_budget.seconds_spent,
+    })
+    return payload
+
+
+def restore_latest(session: "TrainingSession", folder: Path) -> Path:
+    """Load the newest loadable checkpoint in `folder` into `session`; returns its path."""
+    found = latest_checkpoint(folder, map_location=session.device)
+    if found is None:
+        raise ResumeError(f"nothing to resume: no loadable checkpoint in {folder}. Start a new run instead, "
+                          f"or point --resume at a run directory that has checkpoints/ckpt_<step>.pth")
+    path, payload = found
+    restore(session, payload, path)
+    return path
+
+
+def restore(session: "TrainingSession", payload: dict, path: Path | str = "the checkpoint") -> None:
+    saved_spec, spec = payload["policy_spec"], session.policy_spec
+    if saved_spec != spec:
+        raise ResumeError(f"{path} holds a {saved_spec['model_type']} network for observations "
+                          f"{saved_spec['obs_shape']} / actions {saved_spec['action']}, but this config builds "
+                          f"{spec['model_type']} for {spec['obs_shape']} / {spec['action']}; resume with the "
+                          f"run's own config.yaml")
+    session.policy.load_state_dict(payload["policy_state"])
+    session.optimizer.load_state_dict(payload["optimizer_state"])
+    if session.reward_scaler is not None and payload.get("reward_scaler") is not None:
+        session.reward_scaler.load_state_dict(payload["reward_scaler"])
+    session.global_step = int(payload["global_step"])
+    session.update = int(payload["update"])
+    session.episodes = int(payload.get("episodes", 0))
+    session.elapsed_before = float(payload.get("elapsed", 0.0))
+    session.gif_budget.seconds_spent = float(payload.get("gif_seconds", 0.0))
+    same_layout = (payload.get("num_envs") == session.config.num_envs
+                   and payload.get("world_size") == session.world_size)
+    if payload.get("env_state") is not None and same_layout and session.rank == 0:
+        session.generator.set_state(payload["rng"]["sampling"])
+        restore_env_state(session.env, payload["env_state"])
+        session.next_obs = payload["next_obs"].to(session.device)
+    else:
+        fresh = seeds(session.config.seed, session.rank, session.update)
+        session.generator.manual_seed(fresh.sampling)
+        session.next_obs = session.env.reset(seed=fresh.env)
+    session.resumed_from_step = session.global_step
