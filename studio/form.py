@@ -17,11 +17,13 @@ import yaml
 from trainer.config import (
     BASIC,
     STUDIO_GROUPS,
+    CodePermissionError,
     ConfigError,
     DeclaredKey,
     TrainConfig,
     config_from_dict,
     declared_keys,
+    require_code_permission,
     shipped_config,
     shipped_config_path,
     to_yaml,
@@ -29,8 +31,6 @@ from trainer.config import (
 from trainer.safe_yaml import YamlError, load_yaml_text
 
 VECTOR_ENV_DEFAULT = "default"
-# Entry points (`package.module:Class`) make the server import and run code.
-GYM_PREFIX = "gym:"
 
 
 @dataclass(frozen=True)
@@ -157,21 +157,10 @@ def check_web_safety(raw: dict, allow_custom_envs: bool) -> None:
     when the studio was started with --allow-custom-envs. Checkpoints always stay in the run
     folder.
     """
-    env_name = str(raw.get("env_name") or "").strip()
-    inner = env_name[len(GYM_PREFIX):] if env_name.startswith(GYM_PREFIX) else env_name
-    if ":" in inner and not allow_custom_envs:
-        raise FormError(
-            f"{env_name!r} is a Python entry point (module:Class): loading it imports and runs that "
-            "module on the server, so the studio only accepts it when started with "
-            "`python app.py --allow-custom-envs`. Built-ins and registered Gymnasium ids "
-            "(e.g. Acrobot-v1) always work."
-        )
-    wrappers = raw.get("wrappers")
-    if wrappers and not allow_custom_envs:
-        raise FormError(
-            "wrappers are Python entry points (module:Class) that the server would import and run; "
-            "the studio accepts them only when started with `python app.py --allow-custom-envs`."
-        )
+    try:
+        require_code_permission(raw, allow_custom_envs, "This config", "`python app.py --allow-custom-envs`")
+    except CodePermissionError as error:
+        raise FormError(str(error)) from None
     checkpoint = raw.get("checkpoint")
     if isinstance(checkpoint, dict) and checkpoint.get("path") not in (None, "", "checkpoints"):
         raise FormError(
