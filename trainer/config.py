@@ -28,6 +28,7 @@ from typing import Any
 
 from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
                             ModelType, Real, Text, VectorEnv, short_repr)
+from trainer.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
 from trainer.safe_yaml import YamlError, dump_yaml, load_yaml_file, load_yaml_text
 
 MODEL_TYPES = {
@@ -39,8 +40,6 @@ MODEL_TYPES = {
 ALGORITHMS = ("ppo", "a2c")
 LR_SCALING_RULES = ("none", "sqrt", "linear")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
-DEFAULT_NUM_STEPS = 128
-DEFAULT_MINI_BATCH_SIZE = 256
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"  # the shipped, tuned configs
 
 # Where the studio shows a key: "basic" above the Advanced section, or an Advanced group title,
@@ -437,27 +436,8 @@ def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
 # Relations between keys: batch sizes, algorithm, env name
 
 
-def _divisors_near(number: int, target: int) -> list[int]:
-    """The divisors of `number` just below and just above `target` (found by trial division up to
-    sqrt(number), so a huge batch cannot stall the caller)."""
-    divisors: set[int] = set()
-    candidate = 1
-    while candidate * candidate <= number and candidate <= 10**6:
-        if number % candidate == 0:
-            divisors.update((candidate, number // candidate))
-        candidate += 1
-    ordered = sorted(divisors)
-    below = [d for d in ordered if d < target]
-    above = [d for d in ordered if d > target]
-    return below[-1:] + above[:1]
-
-
-def _largest_divisor_up_to(number: int, limit: int) -> int:
-    return next(d for d in range(min(limit, number), 0, -1) if number % d == 0)
-
-
 def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) -> None:
-    _resolve_batch_sizes(config, problems)
+    resolve_batch_sizes(config, problems)
     if config.algo == "a2c" and "update_epochs" in given and config.update_epochs != 1:
         problems.append(f"algo a2c makes one pass over each rollout, but update_epochs is {config.update_epochs}; "
                         f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs")
@@ -470,65 +450,6 @@ def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) 
         resolve_env_name(config.env_name)
     except EnvError as error:
         problems.append(f"env_name: {error}")
-
-
-def _resolve_batch_sizes(config: TrainConfig, problems: list[str]) -> None:
-    num_envs = config.num_envs
-    if config.num_steps is not None and config.batch_size is not None:
-        if config.num_steps * num_envs != config.batch_size:
-            problems.append(
-                f"batch_size ({config.batch_size}) must equal num_envs x num_steps "
-                f"({num_envs} x {config.num_steps} = {num_envs * config.num_steps}). "
-                f"batch_size is the number of samples per update; give only one of num_steps and "
-                f"batch_size (the other is derived), or make them agree")
-            return
-    elif config.batch_size is not None:
-        if config.batch_size % num_envs:
-            lower = max(num_envs, config.batch_size // num_envs * num_envs)
-            problems.append(
-                f"batch_size ({config.batch_size}) must be a multiple of num_envs ({num_envs}): each update "
-                f"collects num_steps steps from every env. Use batch_size {lower} or {lower + num_envs}, "
-                f"or set num_steps instead")
-            return
-        config.num_steps = config.batch_size // num_envs
-    else:
-        if config.num_steps is None:
-            config.num_steps = DEFAULT_NUM_STEPS
-        config.batch_size = config.num_steps * num_envs
-    batch_size = config.batch_size
-    if config.mini_batch_size is not None and config.num_minibatches is not None:
-        if config.mini_batch_size * config.num_minibatches != batch_size:
-            problems.append(
-                f"mini_batch_size ({config.mini_batch_size}) x num_minibatches ({config.num_minibatches}) must "
-                f"equal batch_size ({batch_size}); give only one of mini_batch_size and num_minibatches")
-            return
-    elif config.num_minibatches is not None:
-        if config.num_minibatches > batch_size or batch_size % config.num_minibatches:
-            choices = _divisors_near(batch_size, config.num_minibatches)
-            problems.append(
-                f"num_minibatches ({config.num_minibatches}) must divide batch_size ({batch_size}) evenly; "
-                f"values that do: {', '.join(map(str, choices))}")
-            return
-        config.mini_batch_size = batch_size // config.num_minibatches
-    elif config.mini_batch_size is None:
-        if config.algo == "a2c":
-            config.mini_batch_size = batch_size
-        else:
-            config.mini_batch_size = _largest_divisor_up_to(batch_size, DEFAULT_MINI_BATCH_SIZE)
-    mini = config.mini_batch_size
-    if mini > batch_size:
-        problems.append(
-            f"mini_batch_size ({mini}) is larger than batch_size ({batch_size} = num_envs {num_envs} x "
-            f"num_steps {config.num_steps}); mini_batch_size is the samples per gradient step, taken from "
-            f"the batch of one update. Lower mini_batch_size or raise num_envs / num_steps")
-        return
-    if batch_size % mini:
-        choices = _divisors_near(batch_size, mini)
-        problems.append(
-            f"mini_batch_size ({mini}) must divide batch_size ({batch_size} = num_envs {num_envs} x num_steps "
-            f"{config.num_steps}) evenly; nearby values that do: {', '.join(map(str, choices))}")
-        return
-    config.num_minibatches = batch_size // mini
 
 
 def to_yaml(config: TrainConfig) -> str:
