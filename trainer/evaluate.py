@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from trainer.checkpoint import TrainedModel, load_model
 
@@ -70,25 +69,6 @@ class EvaluationResult:
         return "\n".join(lines)
 
 
-def _record_final_values(env) -> dict[str, Tensor]:
-    """Wrap `env.stats.update` so the return, length and score of each finishing episode are
-    kept per env (EpisodeStats itself only keeps totals)."""
-    stats = env.stats
-    final = {"return": torch.zeros(env.num_envs, device=env.device),
-             "length": torch.zeros(env.num_envs, device=env.device),
-             "score": torch.zeros(env.num_envs, device=env.device)}
-    original_update = stats.update
-
-    def update(reward: Tensor, score: Tensor, done: Tensor) -> None:
-        final["return"] = torch.where(done, stats.running_return + reward, final["return"])
-        final["length"] = torch.where(done, stats.running_length + 1, final["length"])
-        final["score"] = torch.where(done, score.to(torch.float32), final["score"])
-        original_update(reward, score, done)
-
-    stats.update = update
-    return final
-
-
 @torch.no_grad()
 def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int | None = None,
              device: str = "cpu", seed: int = 0, deterministic: bool = True, gif_path: str | Path | None = None,
@@ -111,7 +91,6 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
                        wrappers=config.get("wrappers") or None,
                        **(env_kwargs if env_kwargs is not None else config.get("env_kwargs", {})))
     try:
-        final = _record_final_values(env)
         policy = model.policy
         targets = [(episodes + index) // num_envs for index in range(num_envs)]
         counts = [0] * num_envs
@@ -132,7 +111,8 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
             current_length += 1
             done = (terminated | truncated).cpu().numpy()
             if done.any():
-                values = {key: tensor.cpu().numpy() for key, tensor in final.items()}
+                # Return, length and score of the episodes that ended on this step, env by env.
+                final_return, final_length, final_score = env.stats.finished.cpu().numpy()
                 for index in np.flatnonzero(done):
                     if index == 0:
                         recording = False
@@ -140,9 +120,9 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
                         skip_rest_of_episode[index] = False
                     elif counts[index] < targets[index]:
                         counts[index] += 1
-                        result.returns.append(float(values["return"][index]))
-                        result.lengths.append(int(values["length"][index]))
-                        result.scores.append(float(values["score"][index]))
+                        result.returns.append(float(final_return[index]))
+                        result.lengths.append(int(final_length[index]))
+                        result.scores.append(float(final_score[index]))
                     current_length[index] = 0
             for index in np.flatnonzero(current_length >= max_episode_steps):
                 if counts[index] < targets[index] and not skip_rest_of_episode[index]:
