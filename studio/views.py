@@ -10,11 +10,11 @@ import csv
 import html
 import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from studio.runs import GifInfo, RunSnapshot
+from trainer.run_dir import atomic_write, log_path, metrics_csv_path
 
 METRIC_COLUMNS = (
     "step", "update", "time", "elapsed", "fps", "episodes", "episode_return_mean",
@@ -112,7 +112,7 @@ def gif_caption(gif: GifInfo | None) -> str:
 
 def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
     """The last lines of the run's train.log (the trainer's own log), else of its log events."""
-    path = Path(run.run_dir) / "train.log"
+    path = log_path(run.run_dir)
     try:
         with open(path, "rb") as log_file:
             log_file.seek(max(0, path.stat().st_size - max_bytes))
@@ -134,7 +134,7 @@ def log_html(text: str) -> str:
 def log_identity(run: RunSnapshot) -> tuple:
     """Changes whenever `log_text` would."""
     try:
-        stat = (Path(run.run_dir) / "train.log").stat()
+        stat = log_path(run.run_dir).stat()
     except OSError:
         return (run.run_id, run.log_count)
     return (run.run_id, stat.st_size, stat.st_mtime_ns)
@@ -170,16 +170,7 @@ def metrics_csv_text(metrics: Sequence[dict]) -> str:
 
 def write_metrics_csv(run: RunSnapshot) -> str:
     """Write `<run_dir>/metrics.csv` (atomically) from the run's metrics; return its path."""
-    path = Path(run.run_dir) / "metrics.csv"
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".metrics.csv.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as tmp_file:
-            tmp_file.write(metrics_csv_text(run.metrics))
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return str(path)
+    return str(atomic_write(metrics_csv_path(run.run_dir), metrics_csv_text(run.metrics)))
 
 
 def run_summary(run: RunSnapshot) -> dict:

@@ -272,27 +272,29 @@ def test_latest_checkpoint_skips_a_damaged_newest_file(tmp_path):
     assert path != newest and payload["global_step"] < result.step
 
 
-def test_metrics_jsonl_holds_the_event_schema(tmp_path):
-    from trainer.events import EVENT_FIELDS
+def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
+    """The events a real run writes are the ones the studio folds into its view: curves, GIF,
+    checkpoint, final model and status all match what the trainer did."""
+    from studio.history import RunFollower
 
-    train(tiny_config(gif_interval=3, gif_time_fraction=1.0, gif_max_frames=10), tmp_path / "run")
+    counter = UpdateCounter()
+    result = train(tiny_config(gif_interval=3, gif_time_fraction=1.0, gif_max_frames=10), tmp_path / "run",
+                   sinks=[counter])
     events = read_events(tmp_path / "run" / "metrics.jsonl")
-    assert events[0]["type"] == "start" and events[-1]["type"] == "end"
-    kinds = {event["type"] for event in events}
-    assert {"start", "metrics", "checkpoint", "gif", "model", "end"} <= kinds
-    for event in events:
-        assert isinstance(event["time"], float)
-        for field in EVENT_FIELDS[event["type"]]:
-            assert field in event, (event["type"], field)
-    for event in events:
-        for key in ("path", "final_model"):
-            if event.get(key):
-                assert Path(event[key]).is_absolute()
-    json.dumps(events)  # every event is plain JSON
+    assert [event["type"] for event in events][::len(events) - 1] == ["start", "end"]
+    assert events == json.loads(json.dumps(counter.events))  # the file holds every event, as plain JSON
+    run = RunFollower("run", tmp_path / "run").refresh(owner_alive=False).snapshot()
+    assert run.status == "finished" and run.step == result.step == 1536
+    assert [m["step"] for m in run.metrics] == [256 * i for i in range(1, 7)]
+    assert run.final_model == str(result.final_model) and Path(run.final_model).is_absolute()
+    assert run.latest_checkpoint == str(list_checkpoints(tmp_path / "run" / "checkpoints")[-1][1])
+    assert run.gif_count == 3 and Path(run.latest_gif.path).is_file() and run.latest_gif.step == 1536  # 3, 6, end
+    assert run.device == "cpu" and run.config["mini_batch_size"] == 64 and run.error_message is None
     config_text = (tmp_path / "run" / "config.yaml").read_text()
     assert "total_timesteps: 1536" in config_text and "mini_batch_size: 64" in config_text
     log = (tmp_path / "run" / "train.log").read_text()
     assert "[STEP 1536] EpLenMean:" in log and "EpRewMean:" in log and "FPS:" in log
+    assert not (tmp_path / "run" / "owner.json").exists()  # released when the run ended
 
 
 def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):

@@ -23,10 +23,8 @@ and turns a refusal into a `CheckpointError` that says why.
 """
 from __future__ import annotations
 
-import os
 import pickle
 import platform
-import re
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +32,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+# The folder's names and the atomic writer live in the torch-free run layout; re-exported here.
+from trainer.run_dir import atomic_write, checkpoint_path, list_checkpoints, remove_stale_temporaries  # noqa: F401
+
 FORMAT = "rl-studio"
 FORMAT_VERSION = 1
 RL_STUDIO_VERSION = "0.1.0"
-_CHECKPOINT_NAME = re.compile(r"^ckpt_(\d+)\.pth$")
 
 
 class CheckpointError(Exception):
@@ -54,35 +54,9 @@ def library_versions() -> dict:
 
 
 def atomic_save(payload: dict, path: str | Path) -> Path:
-    """torch.save to a temporary file in the same folder, fsync, then os.replace: a crash (even
-    SIGKILL) mid-write leaves the previous file at `path` untouched."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as file:
-            torch.save(payload, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    _fsync_directory(path.parent)
-    return path
-
-
-def _fsync_directory(folder: Path) -> None:
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
+    """torch.save through the run folder's one atomic writer: a crash (even SIGKILL) mid-write
+    leaves the previous file at `path` untouched."""
+    return atomic_write(path, lambda file: torch.save(payload, file))
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -120,23 +94,6 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 # The checkpoint folder
 
 
-def checkpoint_path(folder: str | Path, step: int) -> Path:
-    return Path(folder) / f"ckpt_{step}.pth"
-
-
-def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every checkpoint in `folder`, oldest first (temporary files ignored)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in folder.iterdir():
-        match = _CHECKPOINT_NAME.match(entry.name)
-        if match:
-            found.append((int(match.group(1)), entry))
-    return sorted(found)
-
-
 def latest_checkpoint(folder: str | Path, map_location="cpu") -> tuple[Path, dict] | None:
     """The newest checkpoint that loads; damaged ones are skipped (older ones are tried)."""
     for _, path in reversed(list_checkpoints(folder)):
@@ -151,20 +108,7 @@ def prune_checkpoints(folder: str | Path, keep: int) -> None:
     """Delete all but the newest `keep` checkpoints, and temporary files of dead writers."""
     for _, path in list_checkpoints(folder)[:-keep]:
         path.unlink(missing_ok=True)
-    for leftover in Path(folder).glob(".ckpt_*.tmp"):
-        pid = leftover.name.rsplit(".", 2)[-2]
-        if not pid.isdigit() or not _process_alive(int(pid)):
-            leftover.unlink(missing_ok=True)
-
-
-def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return False
-    return True
+    remove_stale_temporaries(folder)
 
 
 # ---------------------------------------------------------------------------------------------

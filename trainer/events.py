@@ -1,53 +1,66 @@
 """Events: every metric, log line, checkpoint, GIF, error and the end of a run is one event, a
 JSON-serialisable dict with `type` and `time`, sent to every sink.
 
-Schema (docs/architecture.md; the studio reads it):
+The schema is `EVENT_SCHEMA` below, the one declaration of it: `make_event` refuses an event
+that lacks a required field or carries one the table does not name, and tests/test_events.py
+checks docs/architecture.md ("Events (the schema the studio reads)") against it.
 
-    start       run_id, config, device, total_timesteps, resumed_from_step (null on a fresh run)
-    metrics     step, update, fps, elapsed, episodes, episode_return_mean, episode_length_mean,
-                episode_score_mean, recent_return_mean, policy_loss, value_loss, entropy,
-                approx_kl, clip_fraction, explained_variance, learning_rate
-                (+ recent_score_mean, recent_length_mean, episode_return_max, episode_score_max,
-                episodes_this_update, total_timesteps)
-    log         level (info / warning / error), message
-    checkpoint  step, path
-    gif         step, path, episode_return, episode_score, frames
-    model       step, path
-    error       message, traceback
-    end         status (finished / stopped / failed), step, final_model
-
-Sinks: `JsonlSink` (metrics.jsonl), `LogSink` (train.log, the console), `QueueSink` (the
-studio's live channel), `TensorBoardSink` (optional), `ProgressBarSink` (the CLI on a terminal).
+Sinks: `JsonlSink` (metrics.jsonl), `LogSink` (train.log, the console), `QueueSink` (a live
+channel for a caller's own process), `TensorBoardSink` (optional), `ProgressBarSink` (the CLI on a terminal).
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-EVENT_FIELDS: dict[str, tuple[str, ...]] = {
-    "start": ("run_id", "config", "device", "total_timesteps", "resumed_from_step"),
-    "metrics": ("step", "update", "fps", "elapsed", "episodes", "episode_return_mean", "episode_length_mean",
-                "episode_score_mean", "recent_return_mean", "policy_loss", "value_loss", "entropy",
-                "approx_kl", "clip_fraction", "explained_variance", "learning_rate"),
-    "log": ("level", "message"),
-    "checkpoint": ("step", "path"),
-    "gif": ("step", "path", "episode_return", "episode_score", "frames"),
-    "model": ("step", "path"),
-    "error": ("message", "traceback"),
-    "end": ("status", "step", "final_model"),
+from trainer.run_dir import atomic_write
+
+
+@dataclass(frozen=True)
+class EventType:
+    required: tuple[str, ...]          # always present (a value may be null where the docs say so)
+    optional: tuple[str, ...] = ()     # present when the trainer has them
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+
+EVENT_SCHEMA: dict[str, EventType] = {
+    "start": EventType(("run_id", "config", "device", "total_timesteps", "resumed_from_step"),
+                       ("world_size", "num_updates")),
+    "metrics": EventType(("step", "update", "fps", "elapsed", "episodes", "episode_return_mean",
+                          "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
+                          "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+                          "learning_rate"),
+                         ("recent_length_mean", "recent_score_mean", "episode_return_max", "episode_score_max",
+                          "episodes_this_update", "total_timesteps", "gradient_steps", "final_update")),
+    "log": EventType(("level", "message")),
+    "checkpoint": EventType(("step", "path")),
+    "gif": EventType(("step", "path", "episode_return", "episode_score", "frames"), ("seconds",)),
+    "model": EventType(("step", "path")),
+    "error": EventType(("message", "traceback")),
+    "end": EventType(("status", "step", "final_model")),
 }
 
 
 def make_event(kind: str, **fields: Any) -> dict:
-    """An event of type `kind`; missing schema fields are an error (a bug, not user input)."""
-    missing = [name for name in EVENT_FIELDS[kind] if name not in fields]
-    if missing:
-        raise KeyError(f"{kind} event is missing {missing}")
+    """An event of type `kind`, checked against EVENT_SCHEMA (a mismatch is a bug, not user input)."""
+    schema = EVENT_SCHEMA.get(kind)
+    if schema is None:
+        raise KeyError(f"unknown event type {kind!r}; the types are {', '.join(EVENT_SCHEMA)} "
+                       f"(add a new one to EVENT_SCHEMA in trainer/events.py and to docs/architecture.md)")
+    missing = [name for name in schema.required if name not in fields]
+    unknown = [name for name in fields if name not in schema.fields]
+    if missing or unknown:
+        raise KeyError(f"{kind} event: " + "; ".join(
+            ([f"missing {missing}"] if missing else []) + ([f"fields not in the schema {unknown}"] if unknown else []))
+            + " (EVENT_SCHEMA in trainer/events.py declares them; docs/architecture.md shows the same table)")
     return {"type": kind, "time": time.time(), **{key: _json_safe(value) for key, value in fields.items()}}
 
 
@@ -148,13 +161,7 @@ def trim_events_after(path: str | Path, step: int) -> int:
     events = read_events(path)
     kept = [event for event in events
             if not (event.get("type") in ("metrics", "checkpoint", "gif", "model") and (event.get("step") or 0) > step)]
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
-        for event in kept:
-            file.write(json.dumps(event, separators=(",", ":")) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    atomic_write(path, "".join(json.dumps(event, separators=(",", ":")) + "\n" for event in kept))
     return len(events) - len(kept)
 
 

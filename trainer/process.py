@@ -1,12 +1,13 @@
 """The entry point the studio starts in its own process (spawn context):
 
     ctx = multiprocessing.get_context("spawn")
-    queue, stop_event = ctx.Queue(), ctx.Event()
-    process = ctx.Process(target=run_training, args=(config_dict, run_dir, queue, stop_event, False))
+    stop_event = ctx.Event()
+    process = ctx.Process(target=run_training, args=(config_dict, run_dir, None, stop_event, False))
 
-It imports no UI code. Events go to the queue and to the run directory (metrics.jsonl,
-train.log). Any exception becomes an `error` event with its traceback, and the last event is
-always `end`. Setting `stop_event` (or Ctrl-C in the terminal that runs the studio) stops the
+It imports no UI code. Events go to the run directory (metrics.jsonl, train.log), where the
+studio reads them, and to `queue` if one is given. Any exception becomes an `error` event with
+its traceback, and the last event is always `end` (in metrics.jsonl only for a run folder it
+started: a failure to resume is never appended to another run's history). Setting `stop_event` (or Ctrl-C in the terminal that runs the studio) stops the
 run cleanly after the current update, with a checkpoint and the final model.
 """
 from __future__ import annotations
@@ -16,10 +17,25 @@ import traceback
 from pathlib import Path
 
 
-def run_training(config_dict: dict, run_dir: str, queue, stop_event, resume: bool = False) -> None:
-    from trainer.events import EventBus, JsonlSink, LogSink, QueueSink
+class _EndWatcher:
+    """A sink that only notes whether train() reported the end of the run itself."""
 
-    queue_sink = QueueSink(queue)
+    def __init__(self):
+        self.saw_end = False
+
+    def __call__(self, event: dict) -> None:
+        self.saw_end = self.saw_end or event["type"] == "end"
+
+    def close(self) -> None:
+        pass
+
+
+def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False) -> None:
+    from trainer.events import EventBus, JsonlSink, LogSink, QueueSink
+    from trainer.run_dir import events_path, log_path
+
+    watcher = _EndWatcher()
+    sinks = [watcher] + ([QueueSink(queue)] if queue is not None else [])
     interrupted = {"flag": False}
 
     def request_stop(signum, frame) -> None:  # Ctrl-C reaches the whole process group
@@ -37,22 +53,24 @@ def run_training(config_dict: dict, run_dir: str, queue, stop_event, resume: boo
     try:
         from trainer.loop import train
 
-        train(config_dict, run_dir, sinks=[queue_sink], should_stop=should_stop, resume=resume)
+        train(config_dict, run_dir, sinks=sinks, should_stop=should_stop, resume=resume)
     except BaseException as error:  # noqa: BLE001 - the studio must always hear how a run ended
-        if not queue_sink.saw_end:
+        if not watcher.saw_end:
             # train() failed before it had its sinks (e.g. an invalid config): report here.
-            sinks = [queue_sink]
-            fresh = run_dir is not None and Path(run_dir).is_dir() and not (Path(run_dir) / "metrics.jsonl").exists()
+            fresh = run_dir is not None and Path(run_dir).is_dir() and not events_path(run_dir).exists()
             if fresh:  # never append a failure to the history of an existing run
-                sinks += [JsonlSink(Path(run_dir) / "metrics.jsonl"), LogSink(Path(run_dir) / "train.log")]
+                sinks += [JsonlSink(events_path(run_dir)), LogSink(log_path(run_dir))]
+            else:
+                traceback.print_exc()  # the terminal is then the only place that hears of it
             bus = EventBus(sinks)
             bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
             bus.emit("end", status="failed", step=0, final_model=None)
             bus.close()
     finally:
         # Let the queue's feeder thread hand over every event before the process exits.
-        try:
-            queue.close()
-            queue.join_thread()
-        except (AttributeError, ValueError, OSError):
-            pass
+        if queue is not None:
+            try:
+                queue.close()
+                queue.join_thread()
+            except (AttributeError, ValueError, OSError):
+                pass

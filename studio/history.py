@@ -1,0 +1,394 @@
+"""A run as the studio sees it: `RunState`, built from the run's events, and `RunFollower`, which
+reads those events from the run folder's metrics.jsonl.
+
+Every run is followed the same way, whether this studio started it or found it on disk (an
+earlier studio, the CLI): the follower reads only the lines metrics.jsonl gained since its last
+look, and the run's state comes from one rule (`trainer.run_dir.run_status`) fed with its events
+and with whether its owner process lives. Readers call `snapshot()` and get a consistent copy,
+so a browser session never sees a half-applied event.
+
+No gradio, no torch: this is tested on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+from trainer.run_dir import events_path, find_final_model, latest_checkpoint_path, read_config, run_status
+
+ACTIVE_STATUSES = ("starting", "running", "stopping")
+RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
+LOG_TAIL_LINES = 400
+TRACEBACK_TAIL_LINES = 15
+INTERRUPTED_MESSAGE = ("This run ended without an end event (its trainer was killed, or the machine stopped). "
+                       "Resume continues from the last checkpoint.")
+
+
+@dataclass(frozen=True)
+class GifInfo:
+    path: str
+    step: int
+    episode_return: float | None
+    episode_score: float | None
+
+
+@dataclass
+class RunState:
+    """Everything the studio knows about one run, built from its events (see
+    docs/architecture.md, "Events") and from whether its owner process lives."""
+
+    run_id: str
+    run_dir: Path
+    config: dict = field(default_factory=dict)
+    status: str = "starting"
+    managed: bool = False  # started by this studio (its process belongs to the RunManager)
+    owner_alive: bool = True  # the process training it lives (set by whoever follows the run)
+    stopping: bool = False  # a stop was asked for by this studio
+    launch_mark: tuple[int, int] | None = None  # (starts, ends) seen when this studio launched its segment
+    total_timesteps: int | None = None
+    step: int = 0
+    device: str | None = None
+    metrics: list[dict] = field(default_factory=list)
+    log_lines: deque = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+    log_count: int = 0
+    gifs: list[GifInfo] = field(default_factory=list)
+    latest_checkpoint: str | None = None
+    final_model: str | None = None
+    error_message: str | None = None
+    error_traceback: str | None = None
+    started: bool = False  # a `start` came after the latest `end`
+    end_status: str | None = None  # the latest `end`'s status, unless a `start` followed it
+    start_count: int = 0
+    end_count: int = 0
+    started_at: float | None = None
+    segment_started_at: float | None = None
+    finished_segments_seconds: float = 0.0
+    last_event_at: float | None = None
+    version: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+
+    _KEPT_ON_CLEAR = ("run_id", "run_dir", "config", "managed", "owner_alive", "stopping", "launch_mark", "lock")
+
+    # ---- writing
+
+    def apply(self, event: dict) -> None:
+        """Fold one trainer event into the state."""
+        if not isinstance(event, dict):
+            return
+        with self.lock:
+            event_time = _as_float(event.get("time")) or time.time()
+            handler = _EVENT_HANDLERS.get(event.get("type"))
+            if handler is not None:
+                handler(self, event, event_time)
+            self.last_event_at = event_time
+            self.version += 1
+            self.settle()
+
+    def clear(self) -> None:
+        """Forget every event (metrics.jsonl was rewritten: it is read again from the start)."""
+        with self.lock:
+            for item in fields(self):
+                if item.name not in self._KEPT_ON_CLEAR:
+                    default = item.default_factory() if callable(item.default_factory) else item.default
+                    setattr(self, item.name, default)
+
+    def settle(self, owner_alive: bool | None = None) -> str:
+        """Recompute `status` with the one rule; `owner_alive` updates what is known of the owner."""
+        with self.lock:
+            if owner_alive is not None:
+                self.owner_alive = owner_alive
+            end_status, started = self.end_status, self.started
+            if self.launch_mark is not None:  # events before this studio's launch belong to earlier segments
+                starts, ends = self.launch_mark
+                end_status = end_status if self.end_count > ends else None
+                started = self.start_count > starts
+            status = run_status(end_status, self.owner_alive, started, self.stopping)
+            if status != self.status:
+                self.status = status
+                self.version += 1
+            if status == "interrupted" and not self.error_message:
+                self.error_message = INTERRUPTED_MESSAGE
+            return status
+
+    def begin_segment(self) -> None:
+        """This studio is about to launch a trainer for the run (a start or a resume)."""
+        with self.lock:
+            self.managed, self.stopping = True, False
+            self.launch_mark = (self.start_count, self.end_count)
+            self.error_message = self.error_traceback = None
+            self.settle(owner_alive=True)
+
+    def _on_start(self, event: dict, event_time: float) -> None:
+        if self.segment_started_at is not None and self.last_event_at is not None:
+            self.finished_segments_seconds += max(0.0, self.last_event_at - self.segment_started_at)
+        self.segment_started_at = event_time
+        if self.started_at is None:
+            self.started_at = event_time
+        if isinstance(event.get("config"), dict):
+            self.config = event["config"]
+        self.device = event.get("device") or self.device
+        self.total_timesteps = _as_int(event.get("total_timesteps")) or self.total_timesteps
+        resumed_from = _as_int(event.get("resumed_from_step"))
+        if resumed_from:
+            # Curves continue from the checkpoint: drop what the interrupted segment logged
+            # after it, so no step appears twice.
+            self.metrics = [m for m in self.metrics if (m.get("step") or 0) <= resumed_from]
+            self.step = resumed_from
+        self.started, self.end_status = True, None
+        self.start_count += 1
+        self.error_message = self.error_traceback = None
+
+    def _on_metrics(self, event: dict, event_time: float) -> None:
+        self.metrics.append(event)
+        self.step = _as_int(event.get("step")) or self.step
+
+    def _on_log(self, event: dict, event_time: float) -> None:
+        level = str(event.get("level") or "info")
+        message = str(event.get("message") or "")
+        prefix = "" if level == "info" else f"{level.upper()}: "
+        for line in message.splitlines() or [""]:
+            self.log_lines.append(prefix + line)
+            self.log_count += 1
+
+    def _on_checkpoint(self, event: dict, event_time: float) -> None:
+        self.latest_checkpoint = _local_path(self.run_dir, event.get("path"))
+
+    def _on_gif(self, event: dict, event_time: float) -> None:
+        path = _local_path(self.run_dir, event.get("path"))
+        if path:
+            self.gifs.append(GifInfo(path=path, step=_as_int(event.get("step")) or 0,
+                                     episode_return=_as_float(event.get("episode_return")),
+                                     episode_score=_as_float(event.get("episode_score"))))
+
+    def _on_model(self, event: dict, event_time: float) -> None:
+        self.final_model = _local_path(self.run_dir, event.get("path"))
+
+    def _on_error(self, event: dict, event_time: float) -> None:
+        self.error_message = str(event.get("message") or "The trainer failed.")
+        self.error_traceback = str(event.get("traceback") or "") or None
+
+    def _on_end(self, event: dict, event_time: float) -> None:
+        self.end_status = str(event.get("status") or "failed")
+        self.started = False
+        self.end_count += 1
+        self.step = _as_int(event.get("step")) or self.step
+        self.final_model = _local_path(self.run_dir, event.get("final_model")) or self.final_model
+
+    # ---- reading
+
+    def snapshot(self) -> "RunSnapshot":
+        with self.lock:
+            checkpoint = self.latest_checkpoint or latest_checkpoint_path(self.run_dir, self.config or None)
+            return RunSnapshot(
+                run_id=self.run_id,
+                run_dir=self.run_dir,
+                config=dict(self.config),
+                status=self.status,
+                managed=self.managed,
+                total_timesteps=self.total_timesteps or _as_int(self.config.get("total_timesteps")),
+                step=self.step,
+                device=self.device,
+                metrics=list(self.metrics),
+                log_tail=list(self.log_lines),
+                log_count=self.log_count,
+                latest_gif=self.gifs[-1] if self.gifs else None,
+                gif_count=len(self.gifs),
+                latest_checkpoint=str(checkpoint) if checkpoint else None,
+                final_model=self.final_model,
+                error_message=self.error_message,
+                error_traceback=_tail(self.error_traceback, TRACEBACK_TAIL_LINES),
+                started_at=self.started_at,
+                wall_seconds=self._wall_seconds(),
+                version=self.version,
+            )
+
+    def _wall_seconds(self) -> float:
+        if self.segment_started_at is None:
+            return 0.0
+        if self.status in ACTIVE_STATUSES:
+            segment_end = time.time()
+        else:
+            segment_end = self.last_event_at or self.segment_started_at
+        return self.finished_segments_seconds + max(0.0, segment_end - self.segment_started_at)
+
+
+_EVENT_HANDLERS: dict[str, Callable[[RunState, dict, float], None]] = {
+    "start": RunState._on_start,
+    "metrics": RunState._on_metrics,
+    "log": RunState._on_log,
+    "checkpoint": RunState._on_checkpoint,
+    "gif": RunState._on_gif,
+    "model": RunState._on_model,
+    "error": RunState._on_error,
+    "end": RunState._on_end,
+}
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A consistent, read-only copy of a RunState at one moment."""
+
+    run_id: str
+    run_dir: Path
+    config: dict
+    status: str
+    managed: bool
+    total_timesteps: int | None
+    step: int
+    device: str | None
+    metrics: list[dict]
+    log_tail: list[str]
+    log_count: int
+    latest_gif: GifInfo | None
+    gif_count: int
+    latest_checkpoint: str | None
+    final_model: str | None
+    error_message: str | None
+    error_traceback: str | None
+    started_at: float | None
+    wall_seconds: float
+    version: int
+
+    @property
+    def env_name(self) -> str:
+        return str(self.config.get("env_name") or "?")
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type") or "?")
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def fps(self) -> float | None:
+        return _as_float(self.metrics[-1].get("fps")) if self.metrics else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        fps = self.fps
+        if not self.is_active or not fps or not self.total_timesteps:
+            return None
+        return max(0.0, (self.total_timesteps - self.step) / fps)
+
+    @property
+    def progress(self) -> float:
+        if not self.total_timesteps:
+            return 0.0
+        return min(1.0, max(0.0, self.step / self.total_timesteps))
+
+    @property
+    def best_return(self) -> float | None:
+        returns = [r for r in (_as_float(m.get("episode_return_mean")) for m in self.metrics) if r is not None]
+        return max(returns) if returns else None
+
+    @property
+    def last_return(self) -> float | None:
+        """Mean return over the most recent episodes (the trainer's last-100 mean when given)."""
+        for metric in reversed(self.metrics):
+            value = _as_float(metric.get("recent_return_mean"))
+            if value is None:
+                value = _as_float(metric.get("episode_return_mean"))
+            if value is not None:
+                return value
+        return None
+
+
+# --------------------------------------------------------------------------- following a run folder
+
+
+class RunFollower:
+    """Follows one run folder: `refresh(owner_alive)` reads the lines metrics.jsonl gained since the
+    last call (a rewritten file, e.g. trimmed by a resume, is read again from the start) and
+    settles the state. Callers check the owner *before* refreshing: an owner seen dead has
+    written everything it will write, so its `end`, if any, is read in the same call."""
+
+    def __init__(self, run_id: str, run_dir: Path, state: RunState | None = None):
+        self.state = state or RunState(run_id=run_id, run_dir=run_dir)
+        if not self.state.config:
+            self.state.config = read_config(run_dir)
+        self._offset = 0
+        self._partial = b""
+        self._identity: tuple[int, int] | None = None
+
+    def refresh(self, owner_alive: bool) -> RunState:
+        state = self.state
+        try:
+            stat = events_path(state.run_dir).stat()
+        except OSError:
+            stat = None
+        with state.lock:
+            if stat is not None:
+                self._read_new_lines(stat)
+            state.settle(owner_alive)
+            if state.final_model is None and not owner_alive:
+                found = find_final_model(state.run_dir)
+                state.final_model = str(found) if found else None
+        return state
+
+    def _read_new_lines(self, stat) -> None:
+        identity = (stat.st_ino, stat.st_dev)
+        if identity != self._identity or stat.st_size < self._offset:
+            if self._identity is not None:
+                self.state.clear()  # replaced or truncated: read it again
+            self._offset, self._partial, self._identity = 0, b"", identity
+        if stat.st_size <= self._offset:
+            return
+        with open(events_path(self.state.run_dir), "rb") as events_file:
+            events_file.seek(self._offset)
+            data = self._partial + events_file.read()
+            self._offset = events_file.tell()
+        *lines, self._partial = data.split(b"\n")  # a torn last line waits for the rest
+        for line in lines:
+            event = _parse_event_line(line)
+            if event is not None:
+                self.state.apply(event)
+
+
+def _parse_event_line(line: bytes) -> dict | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        event = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _local_path(run_dir: Path, path: object) -> str | None:
+    """An event's file path, mapped into `run_dir` if the folder has moved since."""
+    if not path or not isinstance(path, str):
+        return None
+    candidate = Path(path)
+    if candidate.exists():
+        return str(candidate)
+    for parts in (candidate.parts[-2:], candidate.parts[-1:]):
+        moved = run_dir.joinpath(*parts)
+        if moved.exists():
+            return str(moved)
+    return str(candidate)
+
+
+def _tail(text: str | None, lines: int) -> str | None:
+    if not text:
+        return text
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _as_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value else None  # NaN -> None
+
+
+def _as_int(value: object) -> int | None:
+    number = _as_float(value)
+    return int(number) if number is not None else None
