@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+from typing import Callable
 
 import gymnasium
 import numpy as np
@@ -38,14 +39,17 @@ def _load(entry_point: str, what: str):
         raise error_class(f"{what} {entry_point!r}: module {module_name!r} has no {attribute!r}") from error
 
 
-def make_single_env(env_id: str, wrappers: tuple[str, ...], env_kwargs: dict, render_mode: str | None) -> gymnasium.Env:
+def make_single_env(env_id: "str | Callable[[], gymnasium.Env]", wrappers: tuple[str, ...], env_kwargs: dict,
+                    render_mode: str | None) -> gymnasium.Env:
     """One copy of the env with the wrappers applied (module-level so async workers can pickle it)."""
     import envs.gym_registration  # noqa: F401  (so FlappyBird-v0 / Snake-v0 exist in workers too)
 
     kwargs = dict(env_kwargs)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
-    if ":" in env_id and env_id not in gymnasium.registry:
+    if callable(env_id):  # a factory () -> gymnasium.Env (the Python API): it picks its own render mode
+        env = env_id()
+    elif ":" in env_id and env_id not in gymnasium.registry:
         env = _load(env_id, "environment entry point")(**kwargs)
     else:
         env = gymnasium.make(env_id, **kwargs)
@@ -72,7 +76,7 @@ class GymVecEnv(VecEnv):
 
     def __init__(
         self,
-        env_id: str,
+        env_id: "str | Callable[[], gymnasium.Env]",
         num_envs: int,
         device: torch.device | str = "cpu",
         seed: int | None = None,
@@ -107,6 +111,10 @@ class GymVecEnv(VecEnv):
             probe.close()
         render_mode = "rgb_array" if "rgb_array" in render_modes else None
         self.can_render = render_mode is not None
+        if callable(env_id):
+            render_mode = None  # a factory is called as given; it renders if it made its env with rgb_array
+            self.can_render = getattr(probe, "render_mode", None) == "rgb_array"
+            self.name = getattr(probe.spec, "id", None) or getattr(env_id, "__qualname__", "env factory")
         env_fns = [functools.partial(make_single_env, env_id, wrappers, env_kwargs, render_mode)] * num_envs
         if mode == "sync":
             self._vector_env = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)

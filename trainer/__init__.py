@@ -1,5 +1,9 @@
 """RL Studio's training engine: PPO / A2C on batched environments, headless or in the studio.
 
+    from trainer import PPO
+    model = PPO("cartpole", num_envs=64).learn(total_timesteps=200_000)
+    model.save("cartpole.pth")
+
     from trainer import load_model
     model = load_model("runs/<run>/cartpole_ppo_final.pth")
     action, _ = model.predict(obs, deterministic=True)
@@ -11,9 +15,11 @@ Imports are lazy: `import trainer` costs nothing until a name is used.
 """
 from __future__ import annotations
 
-__all__ = ["load_model", "load_config", "train", "TrainConfig", "ConfigError", "CheckpointError"]
+__all__ = ["PPO", "A2C", "load_model", "load_config", "train", "TrainConfig", "ConfigError", "CheckpointError"]
 
 _LOCATIONS = {
+    "PPO": "trainer.api",
+    "A2C": "trainer.api",
     "load_model": "trainer.checkpoint",
     "CheckpointError": "trainer.checkpoint",
     "load_config": "trainer.config",

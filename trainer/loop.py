@@ -35,7 +35,7 @@ from trainer.normalization import RewardScaler
 from trainer.ppo import Adam, UpdateSettings, compute_gae, ppo_update
 from trainer.resume import ResumeError, checkpoint_payload, model_payload, restore_latest
 from trainer.rollout import RolloutBuffer, collect_rollout, score_rollout
-from trainer.run_dir import checkpoint_folder, final_model_path, write_config
+from trainer.run_dir import RunOwner, checkpoint_folder, final_model_path, take_ownership, write_config
 from trainer.seeding import seeds
 from trainer.setup import (EnvFactory, config_env_factory, device_type, pick_device, policy_spec,
                            scaled_learning_rate, set_threads)
@@ -69,47 +69,62 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
     context = setup_distributed(config.backend, device_type(config))
     is_main = context is None or context.is_main
     bus = EventBus()
-    if is_main:
-        if not resume and _holds_a_run(run_dir, config):
-            raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
-                              f"(--resume {run_dir}) or train into a new run directory")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        bus.sinks = [JsonlSink(run_dir / "metrics.jsonl"),
-                     LogSink(run_dir / "train.log", log_interval=config.log_interval)]
-        bus.sinks += list(sinks or [])
     session: TrainingSession | None = None
+    owner: RunOwner | None = None  # one trainer per run folder (owner.json, trainer/run_dir.py)
     try:
-        if is_main and config.tensorboard:
-            _attach_tensorboard(bus, run_dir)
+        if is_main:
+            owner = take_ownership(run_dir)  # RunOwnedError names the live owner; nothing is written then
+            open_run_dir(bus, run_dir, config, resume)
+            bus.sinks += list(sinks or [])
+            if config.tensorboard:
+                attach_tensorboard(bus, run_dir)
         session = TrainingSession(config, run_dir, bus, context)
         if resume:
             session.restore()
         return session.run(should_stop or (lambda: False))
     except BaseException as error:
-        interrupted = isinstance(error, KeyboardInterrupt)
-        if not interrupted:
-            bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
-        bus.emit("end", status="stopped" if interrupted else "failed",
-                 step=session.global_step if session else 0, final_model=None)
+        report_failure(bus, error, session)
         raise
     finally:
         if session is not None:
             session.close()
         bus.close()
+        if owner is not None:
+            owner.release(run_dir)
+
+
+def open_run_dir(bus: EventBus, run_dir: Path, config: TrainConfig, resume: bool = False) -> None:
+    """Make (or reopen, to resume) a run directory and attach its file sinks, metrics.jsonl and
+    train.log. Refuses a directory that holds another run unless resuming."""
+    if not resume and _holds_a_run(run_dir, config):
+        raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
+                          f"(--resume {run_dir}) or train into a new run directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    bus.sinks += [JsonlSink(run_dir / "metrics.jsonl"), LogSink(run_dir / "train.log", log_interval=config.log_interval)]
+
+
+def attach_tensorboard(bus: EventBus, run_dir: Path) -> None:
+    """TensorBoard scalars in <run_dir>/tensorboard (a warning, not a failure, without the package)."""
+    try:
+        bus.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+    except ImportError:
+        bus.log("tensorboard: true, but the tensorboard package is not installed "
+                "(pip install tensorboard); continuing without TensorBoard logs", level="warning")
+
+
+def report_failure(bus: EventBus, error: BaseException, session: "TrainingSession | None") -> None:
+    """An `error` event (not for Ctrl-C) and the `end` event of a run that did not finish."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    if not interrupted:
+        bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+    bus.emit("end", status="stopped" if interrupted else "failed",
+             step=session.global_step if session else 0, final_model=None)
 
 
 def _holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
     metrics = run_dir / "metrics.jsonl"
     return (metrics.is_file() and metrics.stat().st_size > 0) or bool(
         list_checkpoints(checkpoint_folder(run_dir, config)))
-
-
-def _attach_tensorboard(bus: EventBus, run_dir: Path) -> None:
-    try:
-        bus.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-    except ImportError:
-        bus.log("tensorboard: true, but the tensorboard package is not installed "
-                "(pip install tensorboard); continuing without TensorBoard logs", level="warning")
 
 
 class TrainingSession:

@@ -63,6 +63,7 @@ def restore_latest(session: "TrainingSession", folder: Path) -> Path:
 
 
 def restore(session: "TrainingSession", payload: dict, path: Path | str = "the checkpoint") -> None:
+    """Put a checkpoint (or a final model: its weights and counters) into `session`."""
     saved_spec, spec = payload["policy_spec"], session.policy_spec
     if saved_spec != spec:
         raise ResumeError(f"{path} holds a {saved_spec['model_type']} network for observations "
@@ -70,22 +71,24 @@ def restore(session: "TrainingSession", payload: dict, path: Path | str = "the c
                           f"{spec['model_type']} for {spec['obs_shape']} / {spec['action']}; resume with the "
                           f"run's own config.yaml")
     session.policy.load_state_dict(payload["policy_state"])
-    session.optimizer.load_state_dict(payload["optimizer_state"])
-    if session.reward_scaler is not None and payload.get("reward_scaler") is not None:
-        session.reward_scaler.load_state_dict(payload["reward_scaler"])
     session.global_step = int(payload["global_step"])
     session.update = int(payload["update"])
     session.episodes = int(payload.get("episodes", 0))
     session.elapsed_before = float(payload.get("elapsed", 0.0))
-    session.gif_budget.seconds_spent = float(payload.get("gif_seconds", 0.0))
-    same_layout = (payload.get("num_envs") == session.config.num_envs
-                   and payload.get("world_size") == session.world_size)
-    if payload.get("env_state") is not None and same_layout and session.rank == 0:
-        session.generator.set_state(payload["rng"]["sampling"])
-        restore_env_state(session.env, payload["env_state"])
-        session.next_obs = payload["next_obs"].to(session.device)
-    else:
-        fresh = seeds(session.config.seed, session.rank, session.update)
-        session.generator.manual_seed(fresh.sampling)
-        session.next_obs = session.env.reset(seed=fresh.env)
     session.resumed_from_step = session.global_step
+    if payload.get("kind") == "checkpoint":
+        session.optimizer.load_state_dict(payload["optimizer_state"])
+        if session.reward_scaler is not None and payload.get("reward_scaler") is not None:
+            session.reward_scaler.load_state_dict(payload["reward_scaler"])
+        session.gif_budget.seconds_spent = float(payload.get("gif_seconds", 0.0))
+        same_layout = (payload.get("num_envs") == session.config.num_envs
+                       and payload.get("world_size") == session.world_size)
+        if payload.get("env_state") is not None and same_layout and session.rank == 0:
+            session.generator.set_state(payload["rng"]["sampling"])
+            restore_env_state(session.env, payload["env_state"])
+            session.next_obs = payload["next_obs"].to(session.device)
+            return
+    # Gymnasium envs, other ranks, a changed num_envs or a final model: fresh episodes, new streams.
+    fresh = seeds(session.config.seed, session.rank, session.update)
+    session.generator.manual_seed(fresh.sampling)
+    session.next_obs = session.env.reset(seed=fresh.env)

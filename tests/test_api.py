@@ -1,0 +1,157 @@
+"""The Python API (trainer/api.py): PPO("cartpole").learn(...) learns, continues, saves, loads,
+plays; Gymnasium factories train; callbacks stop; nothing is written without a run_dir; bad
+keywords name the key. Also train() validating a hand-built TrainConfig."""
+import os
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from trainer import A2C, PPO, ConfigError, TrainConfig, load_model, train
+
+LEARN_STEPS = 122_880   # 30 updates of the shipped CartPole config (128 envs x 32 steps)
+
+
+def _files_under(folder) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """One CartPole model trained in memory, shared by the tests below (a few seconds)."""
+    model = PPO("cartpole", seed=3, device="cpu")
+    returns = []
+    model.learn(total_timesteps=LEARN_STEPS, callback=lambda metrics, _: returns.append(metrics["recent_return_mean"]))
+    yield model, returns
+    model.close()
+
+
+def test_ppo_learns_cartpole_from_the_shipped_config(trained):
+    model, returns = trained
+    assert model.config.learning_rate == 4e-3 and model.config.num_envs == 128   # configs/cartpole.yaml
+    assert model.num_timesteps == LEARN_STEPS
+    assert returns[-1] > 150, returns[-5:]        # random play: about 22; the 12 seeds tried reach 155-500
+
+
+def test_learn_again_continues_where_it_stopped(trained):
+    model, returns = trained
+    before, update_before = model.num_timesteps, model.last_metrics["update"]
+    more = []
+    model.learn(total_timesteps=20_000, callback=lambda metrics, _: more.append(metrics))
+    assert model.num_timesteps == before + 5 * 4096               # 20_000 rounded up to whole updates
+    assert [m["update"] for m in more] == list(range(update_before + 1, update_before + 6))
+    assert more[0]["episodes"] > 0 and more[-1]["recent_return_mean"] > 0.5 * returns[-1]
+
+
+def test_save_load_predict_round_trip(trained, tmp_path):
+    model, _ = trained
+    path = model.save(tmp_path / "cartpole.pth")
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32) * 0.5
+    actions, state = model.predict(obs, deterministic=True)
+    assert state is None and actions.shape == (64,)
+    with PPO.load(path) as loaded:
+        assert loaded.num_timesteps == model.num_timesteps
+        assert np.array_equal(loaded.predict(obs, deterministic=True)[0], actions)
+        one, _ = loaded.predict(obs[0], deterministic=True)
+        assert one == actions[0]
+    assert np.array_equal(load_model(path).predict(obs, deterministic=True)[0], actions)
+    raw = torch.load(path, weights_only=True)          # plain tensors and values only
+    assert raw["format"] == "rl-studio" and raw["config"]["env_name"] == "cartpole"
+
+
+def test_a_loaded_model_continues_training_exactly(trained, tmp_path):
+    model, _ = trained
+    path = model.save(tmp_path / "exact.pth")
+    with PPO.load(path) as first, PPO.load(path) as second:
+        first.learn(total_timesteps=4096)
+        second.learn(total_timesteps=4096)
+        for name, tensor in first.policy.state_dict().items():
+            assert torch.equal(tensor, second.policy.state_dict()[name]), name
+
+
+def test_a_gymnasium_env_factory_trains():
+    with PPO(lambda: gymnasium.make("CartPole-v1"), num_envs=4, num_steps=64, seed=1, device="cpu") as model:
+        seen = []
+        model.learn(total_timesteps=1024, callback=lambda metrics, _: seen.append(metrics))
+        assert model.num_timesteps == 1024 and len(seen) == 4
+        assert sum(m["episodes_this_update"] for m in seen) > 0
+        assert model.config.env_name == "CartPole-v1"      # what the saved model says it played
+        assert model.predict(np.zeros(4, dtype=np.float32), deterministic=True)[0] in (0, 1)
+
+
+def test_a_callback_returning_false_stops_training():
+    with PPO("cartpole", num_envs=16, num_steps=16, seed=1, device="cpu") as model:
+        model.learn(total_timesteps=100 * 256, callback=[lambda m, _: None, lambda m, _: m["update"] < 2])
+        assert model.num_timesteps == 2 * 256
+
+
+def test_a_failing_callback_is_raised_by_learn():
+    def broken(metrics, model):
+        raise ValueError("callback bug")
+
+    with PPO("cartpole", num_envs=16, num_steps=16, device="cpu") as model:
+        with pytest.raises(ValueError, match="callback bug"):
+            model.learn(total_timesteps=10 * 256, callback=broken)
+        assert model.num_timesteps == 256
+
+
+def test_without_run_dir_nothing_is_written(tmp_path, monkeypatch):
+    import tempfile
+
+    work, temporary = tmp_path / "cwd", tmp_path / "tmp"
+    work.mkdir()
+    temporary.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    with PPO("cartpole", num_envs=16, num_steps=16, gif_interval=1, tensorboard=True, device="cpu") as model:
+        model.learn(total_timesteps=4 * 256)
+        model.predict(np.zeros(4, dtype=np.float32))
+    assert _files_under(work) == [] and _files_under(temporary) == []
+
+
+def test_with_run_dir_the_usual_run_folder_is_written(tmp_path):
+    run_dir = tmp_path / "run"
+    with PPO("cartpole", run_dir=run_dir, num_envs=16, num_steps=16, gif_interval=0, device="cpu") as model:
+        model.learn(total_timesteps=2 * 256)
+        model.learn(total_timesteps=256)
+    files = _files_under(run_dir)
+    assert {"config.yaml", "metrics.jsonl", "train.log", "cartpole_ppo_final.pth"} <= set(files)
+    assert load_model(run_dir / "cartpole_ppo_final.pth").global_step == 3 * 256
+
+
+def test_bad_keywords_name_the_key():
+    with pytest.raises(ConfigError, match="learning_rat.*Did you mean 'learning_rate'"):
+        PPO("cartpole", learning_rat=1e-3)
+    with pytest.raises(ConfigError, match="num_envs"):
+        PPO("cartpole", num_envs=-4)
+    with pytest.raises(ConfigError, match="net_arch"):
+        PPO("cartpole", net_arch=[0, 64])
+    with pytest.raises(ConfigError, match="A2C"):
+        PPO("cartpole", algo="a2c")
+
+
+def test_net_arch_of_a_preset_size_picks_that_model_type():
+    with PPO("cartpole", net_arch=[256, 256], num_envs=8, device="cpu") as model:
+        assert model.config.model_type == "ppo-medium"
+        assert [layer.out_features for layer in model.policy.actor if hasattr(layer, "out_features")] == [256, 256, 2]
+
+
+def test_a2c_trains_and_is_loaded_as_a2c(tmp_path):
+    with A2C("cartpole", num_envs=16, num_steps=16, device="cpu") as model:
+        model.learn(total_timesteps=512)
+        assert model.config.algo == "a2c" and model.num_timesteps == 512
+        path = model.save(tmp_path / "a2c.pth")
+    with pytest.raises(ConfigError, match="A2C.load"):
+        PPO.load(path)
+    with A2C.load(path) as loaded:
+        assert loaded.config.update_epochs == 1
+
+
+def test_train_validates_a_hand_built_train_config(tmp_path):
+    with pytest.raises(ConfigError, match="num_envs"):
+        train(TrainConfig(num_envs=-4), tmp_path / "bad")
+    result = train(TrainConfig(env_name="snake", num_envs=8, num_steps=8, total_timesteps=128, gif_interval=0,
+                               device="cpu"), tmp_path / "snake")
+    assert result.status == "finished" and result.step == 128

@@ -1,0 +1,353 @@
+"""The Python API, shaped like Stable-Baselines3's:
+
+    from trainer import PPO
+    model = PPO("flappy_bird", num_envs=128, learning_rate=5e-4)   # or any Gymnasium id / env factory
+    model.learn(total_timesteps=1_000_000, progress_bar=True)       # call again to continue training
+    model.save("flappy.pth")
+    model = PPO.load("flappy.pth")
+    action, _ = model.predict(obs, deterministic=True)
+
+Keyword arguments are the YAML keys (`trainer/config.py`, validated there); a built-in game
+starts from its tuned `configs/<game>.yaml`, as in the studio. `env` is a name (built-in,
+Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (run through
+Gymnasium's sync vector env), or a `VecEnv` object (used as it is: its num_envs and device).
+
+Nothing is written unless `run_dir` is given: then it is a run folder like the CLI's (config,
+metrics.jsonl, train.log, checkpoints, GIFs, a final model after each `learn`).
+
+`learn(total_timesteps)` trains that many *more* steps (SB3's `reset_num_timesteps=False`): the
+env, optimiser, counters and random streams carry on, and with `anneal_lr` the learning rate
+decays over the new horizon (steps so far + total_timesteps) from where it is.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
+from trainer.config import ConfigError, TrainConfig, config_from_dict, field_names, merge_settings, shipped_config
+from trainer.events import EventBus, LogSink, ProgressBarSink
+from trainer.loop import TrainingSession, open_run_dir, report_failure
+from trainer.models import MLP_HIDDEN_SIZES
+from trainer.resume import checkpoint_payload, restore
+from trainer.run_dir import RunOwner, take_ownership
+
+# callback(metrics event, model) -> False stops training; None / True go on
+Callback = Callable[[dict, "PPO"], "bool | None"]
+
+
+class PPO:
+    """Proximal Policy Optimisation on any env the studio can train, from Python."""
+
+    algo = "ppo"
+
+    def __init__(self, env: Any = "cartpole", *, run_dir: str | Path | None = None,
+                 net_arch: Iterable[int] | None = None, verbose: int = 0, **settings: Any):
+        """env: see the module docstring. run_dir: None (nothing written) or a run folder.
+        net_arch: hidden layer sizes of the actor and critic MLPs (alias: hidden_sizes).
+        verbose: 1 prints the `[STEP n] ...` log lines. settings: YAML keys (`num_envs=128`)."""
+        hidden_sizes = _hidden_sizes(net_arch, settings)
+        settings = self._settings(settings)
+        env_factory = None
+        if isinstance(env, str):
+            config = shipped_config(env, settings)
+        else:
+            label, env_factory, fixed = _wrap_env(env)
+            config = config_from_dict(merge_settings({"env_name": label, **fixed}, _check_fixed(settings, fixed)))
+        if hidden_sizes is not None:
+            config, hidden_sizes = _apply_hidden_sizes(config, hidden_sizes)
+        self.config: TrainConfig = config
+        self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
+        self._bus = EventBus()
+        self._owner: RunOwner | None = None
+        self._session: TrainingSession | None = None
+        try:
+            if self.run_dir is not None:
+                self._owner = take_ownership(self.run_dir)
+                open_run_dir(self._bus, self.run_dir, config)
+            if verbose:
+                self._bus.sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval,
+                                               timestamps=False))
+            self._session = TrainingSession(config, self.run_dir, self._bus, None, env_factory, hidden_sizes)
+            _check_network(self._session, hidden_sizes)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def _settings(cls, settings: dict) -> dict:
+        algo = settings.pop("algo", cls.algo)
+        if algo != cls.algo:
+            raise ConfigError(f"{cls.__name__}(...) trains algo {cls.algo!r}, got algo={algo!r}; use "
+                              f"{'A2C' if algo == 'a2c' else 'PPO'}(...) instead")
+        return {**settings, "algo": cls.algo}
+
+    # -- training -----------------------------------------------------------------------------------
+
+    def learn(self, total_timesteps: int, callback: Callback | list[Callback] | None = None,
+              progress_bar: bool = False) -> "PPO":
+        """Train `total_timesteps` more environment steps (rounded up to whole updates).
+        callback(metrics, model) runs after every update; returning False stops training."""
+        if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int) or total_timesteps < 1:
+            raise ConfigError(f"total_timesteps must be a positive integer, got {total_timesteps!r}")
+        session = self._live_session()
+        session.extend(total_timesteps)
+        session.config.total_timesteps = session.num_updates * session.steps_per_update  # config.yaml says it
+        callbacks = _callbacks(callback)
+        stopper = _CallbackSink(callbacks, self)
+        extra = [stopper] + ([ProgressBarSink(total=session.config.total_timesteps)] if progress_bar else [])
+        self._bus.sinks += extra
+        try:
+            self.last_result = session.run(stopper.stop_requested)
+        except BaseException as error:
+            report_failure(self._bus, error, session)
+            raise
+        finally:
+            for sink in extra:
+                sink.close()
+                if sink in self._bus.sinks:
+                    self._bus.sinks.remove(sink)
+        if stopper.error is not None:
+            raise stopper.error
+        return self
+
+    # -- acting -------------------------------------------------------------------------------------
+
+    def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[Any, None]:
+        """Actions for one observation or a batch, as numpy (SB3's signature and default:
+        sampled unless deterministic=True)."""
+        session = self._live_session()
+        acting = TrainedModel(session.policy, {"config": session.config.to_dict(),
+                                               "policy_spec": session.policy_spec,
+                                               "global_step": session.global_step}, session.device)
+        return acting.predict(obs, deterministic=deterministic)
+
+    # -- saving and loading ---------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """A weights-only `.pth` (the trainer's checkpoint format: `load_model(path)` plays it,
+        `PPO.load(path)` continues training it exactly)."""
+        return atomic_save(checkpoint_payload(self._live_session()), Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path, env: Any = None, *, run_dir: str | Path | None = None, **settings: Any) -> "PPO":
+        """A model saved by `save()` (or any trainer checkpoint / final model), ready to predict
+        or learn on. env: the env to learn on (default: the saved env_name); settings override
+        the saved config."""
+        payload = read_checkpoint(path)
+        saved = dict(payload.get("config") or {})
+        hidden = payload["policy_spec"].get("hidden_sizes")
+        saved_algo = saved.pop("algo", cls.algo)
+        if saved_algo != cls.algo:
+            raise ConfigError(f"{path} was trained with algo {saved_algo!r}; load it with "
+                              f"{'A2C' if saved_algo == 'a2c' else 'PPO'}.load")
+        base = merge_settings(saved, settings)
+        if env is None:
+            env = base.pop("env_name", "cartpole")
+        else:
+            base.pop("env_name", None)
+            for name in ("num_envs", "device", "gif_interval", "batch_size", "num_minibatches"):
+                if name not in settings and not isinstance(env, str):
+                    base.pop(name, None)  # taken from the env object given
+        model = cls(env, run_dir=run_dir, net_arch=hidden if "hidden_sizes" not in base else None,
+                    **{name: value for name, value in base.items() if name in field_names()})
+        session = model._live_session()
+        if session.device.type != "cpu":
+            payload = read_checkpoint(path, map_location=session.device)
+        try:
+            restore(session, payload, path)
+        except BaseException:
+            model.close()
+            raise
+        return model
+
+    # -- the rest -----------------------------------------------------------------------------------
+
+    @property
+    def policy(self):
+        return self._live_session().policy
+
+    @property
+    def env(self):
+        return self._live_session().env
+
+    @property
+    def num_timesteps(self) -> int:
+        return self._live_session().global_step
+
+    @property
+    def last_metrics(self) -> dict | None:
+        return self._live_session().last_metrics
+
+    def close(self) -> None:
+        """Close the env (worker processes, windows) and give the run folder back."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        self._bus.close()
+        if self._owner is not None:
+            self._owner.release(self.run_dir)
+            self._owner = None
+
+    def __enter__(self) -> "PPO":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _live_session(self) -> TrainingSession:
+        if self._session is None:
+            raise RuntimeError(f"this {type(self).__name__} was closed; make a new one or PPO.load a saved one")
+        return self._session
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(env={self.config.env_name!r}, model_type={self.config.model_type!r}, "
+                f"num_envs={self.config.num_envs}, steps={self._session.global_step if self._session else '-'})")
+
+
+class A2C(PPO):
+    """Advantage Actor-Critic: one unclipped pass over each rollout (algo a2c)."""
+
+    algo = "a2c"
+
+
+# ---------------------------------------------------------------------------------------------
+# Envs
+
+
+def _wrap_env(env: Any) -> tuple[str, Callable, dict]:
+    """(config env_name label, env factory (num_envs, device, seed) -> VecEnv, keys the env fixes)."""
+    if _is_vec_env(env):
+        def reuse(num_envs, device, seed):
+            return env
+        return _label(getattr(env, "name", None), type(env)), reuse, {
+            "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}
+    if callable(env):
+        from envs.gym_vec import GymVecEnv
+
+        def factory(num_envs, device, seed):
+            return GymVecEnv(env, num_envs, device=device, seed=seed)
+        probe = env()
+        try:
+            spec_id = getattr(getattr(probe, "spec", None), "id", None)
+        finally:
+            probe.close()
+        return _label(spec_id, env), factory, {}
+    raise ConfigError(f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
+                      f"gymnasium.Env, or a VecEnv; got {type(env).__name__}")
+
+
+def _is_vec_env(env: Any) -> bool:
+    return all(hasattr(env, name) for name in ("num_envs", "single_observation_space", "step", "reset", "stats"))
+
+
+def _label(name: str | None, fallback: Any) -> str:
+    """What the config (and the saved model) calls an env given as an object: its registered name
+    when it has one, else its entry point `module:QualifiedName` (enough to tell it apart)."""
+    from envs import resolve_env_name
+    from envs.base import EnvError
+
+    if name:
+        try:
+            resolve_env_name(name)
+            return name
+        except EnvError:
+            pass
+    return f"{getattr(fallback, '__module__', 'env')}:{getattr(fallback, '__qualname__', type(fallback).__name__)}"
+
+
+def _check_fixed(settings: dict, fixed: dict) -> dict:
+    for name, value in fixed.items():
+        if name in settings and name != "gif_interval" and str(settings[name]) != str(value):
+            raise ConfigError(f"{name}={settings[name]!r} does not fit the VecEnv given, which has {name} {value!r}; "
+                              f"leave {name} out (it is taken from the env) or build the env with it")
+    if "env_kwargs" in settings or "wrappers" in settings:
+        raise ConfigError("env_kwargs / wrappers apply to envs given by name; an env object or factory "
+                          "is used as it is built (apply options and wrappers inside the factory)")
+    return {name: value for name, value in settings.items() if name not in fixed}
+
+
+# ---------------------------------------------------------------------------------------------
+# Network size
+
+
+def _hidden_sizes(net_arch: Iterable[int] | None, settings: dict) -> list[int] | None:
+    given = [(name, value) for name, value in (("net_arch", net_arch), ("hidden_sizes", settings.get("hidden_sizes")))
+             if value is not None]
+    if "hidden_sizes" not in field_names():   # until the config declares the key, the API takes it
+        settings.pop("hidden_sizes", None)
+    if len(given) == 2:
+        raise ConfigError("net_arch and hidden_sizes are two names for the same thing; give only one")
+    if not given:
+        return None
+    name, value = given[0]
+    try:
+        sizes = [int(size) for size in value]
+        if not sizes or any(size < 1 or size != float(original) for size, original in zip(sizes, value)):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a list of positive layer sizes, e.g. [128, 128], got {value!r}") from None
+    return sizes
+
+
+def _apply_hidden_sizes(config: TrainConfig, sizes: list[int]) -> tuple[TrainConfig, list[int] | None]:
+    """A preset size becomes its model_type; other sizes go into the network's spec."""
+    if config.model_type == "ppo-cnn":
+        raise ConfigError("net_arch sets MLP layer sizes; model_type ppo-cnn has a fixed convolutional torso")
+    for model_type, preset in MLP_HIDDEN_SIZES.items():
+        if tuple(sizes) == tuple(preset):
+            return config_from_dict({**config.to_dict(), "model_type": model_type}), None
+    return config, sizes
+
+
+def _check_network(session: TrainingSession, sizes: list[int] | None) -> None:
+    """Refuse, clearly, sizes the network builder does not honour (rather than train another size)."""
+    if sizes is None:
+        return
+    built = [layer.out_features for layer in session.policy.actor if hasattr(layer, "out_features")][:-1]
+    if built != sizes:
+        presets = ", ".join(f"{name} {list(preset)}" for name, preset in MLP_HIDDEN_SIZES.items())
+        raise ConfigError(f"net_arch {sizes}: this version's networks come in the sizes of model_type ({presets}); "
+                          f"use one of those")
+
+
+# ---------------------------------------------------------------------------------------------
+# Callbacks
+
+
+def _callbacks(callback: Callback | list[Callback] | None) -> list[Callback]:
+    callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
+    for item in callbacks:
+        if not callable(item):
+            raise ConfigError(f"callback must be a callable callback(metrics, model) or a list of them, got {item!r}")
+    return callbacks
+
+
+class _CallbackSink:
+    """Runs the callbacks on every metrics event; the loop polls `stop_requested` between updates.
+    A callback's exception stops training and is raised again by learn() (the event bus would
+    otherwise only detach a failing sink)."""
+
+    def __init__(self, callbacks: list[Callback], model: PPO):
+        self.callbacks, self.model = callbacks, model
+        self.stop = False
+        self.error: BaseException | None = None
+
+    def __call__(self, event: dict) -> None:
+        if event["type"] != "metrics" or self.stop:
+            return
+        for callback in self.callbacks:
+            try:
+                if callback(event, self.model) is False:
+                    self.stop = True
+            except Exception as error:  # noqa: BLE001 - raised again by learn()
+                self.error, self.stop = error, True
+                return
+
+    def stop_requested(self) -> bool:
+        return self.stop
+
+    def close(self) -> None:
+        pass
