@@ -104,14 +104,17 @@ class ReferenceStats:
         self.running = [[0.0, 0, 0.0] for _ in range(num_envs)]  # return, length, score
         self.finished: list[tuple[float, int, float]] = []  # since the last drain
         self.recent: list[tuple[float, int, float]] = []  # the last RECENT_EPISODES ever
+        self.last_step: list[tuple[float, int, float]] = []  # per env, the episode it ended (or 0s)
 
     def update(self, rewards, scores, dones):
+        self.last_step = [(0.0, 0, 0.0)] * len(self.running)
         for env, (reward, score, done) in enumerate(zip(rewards, scores, dones)):
             episode = self.running[env]
             episode[0] += reward
             episode[1] += 1
             episode[2] = score
             if done:
+                self.last_step[env] = tuple(episode)
                 self.finished.append(tuple(episode))
                 self.recent = (self.recent + [tuple(episode)])[-RECENT_EPISODES:]
                 self.running[env] = [0.0, 0, 0.0]
@@ -142,7 +145,8 @@ class ReferenceStats:
 )
 def test_summaries_equal_a_plain_python_reference(num_envs, done_chance, steps):
     """Random rewards (halves, some negative, so every sum is exact), scores and episode ends;
-    drains at irregular steps, twice in a row once. Every summary must equal the reference's."""
+    drains at irregular steps, twice in a row once. Every summary must equal the reference's, and
+    after every step `finished` the values of the episodes that ended on it."""
     rng = random.Random(num_envs)
     stats, reference = EpisodeStats(num_envs, "cpu"), ReferenceStats(num_envs)
     drain_after = {0, 4, 40, 41, 77, 150, steps - 1}
@@ -153,9 +157,12 @@ def test_summaries_equal_a_plain_python_reference(num_envs, done_chance, steps):
         dones = [rng.random() < done_chance for _ in range(num_envs)]
         _step(stats, rewards, scores, dones)
         reference.update(rewards, scores, dones)
+        # What evaluation reads: the episodes that ended on this step, also across log folds.
+        assert stats.finished.t().tolist() == [list(episode) for episode in reference.last_step], f"step {step}"
         if step in drain_after:
             summaries.append(stats.drain())
             assert summaries[-1] == reference.drain(), f"after step {step}"
+            assert stats.finished.t().tolist() == [list(episode) for episode in reference.last_step]
     assert stats.drain() == reference.drain()  # nothing since the last drain
     assert sum(summary.count for summary in summaries) > RECENT_EPISODES
 
