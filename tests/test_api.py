@@ -155,3 +155,12 @@ def test_train_validates_a_hand_built_train_config(tmp_path):
     result = train(TrainConfig(env_name="snake", num_envs=8, num_steps=8, total_timesteps=128, gif_interval=0,
                                device="cpu"), tmp_path / "snake")
     assert result.status == "finished" and result.step == 128
+
+
+def test_load_does_not_import_code_a_file_names(trained, tmp_path):
+    model, _ = trained
+    payload = torch.load(model.save(tmp_path / "model.pth"), weights_only=True)
+    payload["config"]["env_name"] = "os:system"          # a file is data: it must not pick code to run
+    torch.save(payload, tmp_path / "evil.pth")
+    with pytest.raises(ConfigError, match="allow_custom_code"):
+        PPO.load(tmp_path / "evil.pth")

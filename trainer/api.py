@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
-from trainer.config import ConfigError, TrainConfig, config_from_dict, field_names, merge_settings, shipped_config
+from trainer.config import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
+                            require_code_permission, shipped_config)
 from trainer.events import EventBus, LogSink, ProgressBarSink
 from trainer.loop import TrainingSession, open_run_dir, report_failure
 from trainer.models import MLP_HIDDEN_SIZES
@@ -132,12 +133,18 @@ class PPO:
         return atomic_save(checkpoint_payload(self._live_session()), Path(path))
 
     @classmethod
-    def load(cls, path: str | Path, env: Any = None, *, run_dir: str | Path | None = None, **settings: Any) -> "PPO":
+    def load(cls, path: str | Path, env: Any = None, *, run_dir: str | Path | None = None,
+             allow_custom_code: bool = False, **settings: Any) -> "PPO":
         """A model saved by `save()` (or any trainer checkpoint / final model), ready to predict
-        or learn on. env: the env to learn on (default: the saved env_name); settings override
-        the saved config."""
+        or learn on. env: the env to learn on (default: the saved env_name; pass the same factory
+        or VecEnv for a model trained on one). settings override the saved config.
+        allow_custom_code: a file is data, so a saved `module:Class` env or wrapper is imported
+        only when this is True (built-ins and registered Gymnasium ids always load)."""
         payload = read_checkpoint(path)
         saved = dict(payload.get("config") or {})
+        from_file = {"env_name": saved.get("env_name") if env is None else None,
+                     "wrappers": saved.get("wrappers") if "wrappers" not in settings else None}
+        require_code_permission(from_file, allow_custom_code, str(path), "PPO.load(..., allow_custom_code=True)")
         hidden = payload["policy_spec"].get("hidden_sizes")
         saved_algo = saved.pop("algo", cls.algo)
         if saved_algo != cls.algo:
