@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from trainer.run_dir import RunOwner, latest_checkpoint_path, take_ownership
+
 from studio.runs import (
     RunError,
     RunLimitError,
@@ -44,12 +46,12 @@ def _save(path: Path, content: bytes) -> str:
 
 
 def fake_trainer(config, run_dir, queue, stop_event, resume, updates=10, delay=0.0, forever=False):
+    owner = take_ownership(run_dir)  # as trainer.loop.train does
     emit = _emitter(run_dir, queue)
     run_path = Path(run_dir)
     first_update = 0
     if resume:
-        checkpoints = sorted((run_path / "checkpoints").glob("ckpt_*.pth"))
-        first_update = int(checkpoints[-1].stem.split("_")[1]) // 100
+        first_update = int(latest_checkpoint_path(run_path, config).stem.split("_")[1]) // 100
     emit("start", run_id=run_path.name, config=config, device="cpu",
          total_timesteps=config["total_timesteps"], resumed_from_step=first_update * 100 if resume else None)
     update = first_update
@@ -75,6 +77,7 @@ def fake_trainer(config, run_dir, queue, stop_event, resume, updates=10, delay=0
     emit("checkpoint", step=update * 100, path=_save(run_path / "checkpoints" / f"ckpt_{update * 100}.pth", b"c"))
     emit("model", step=update * 100, path=model)
     emit("end", status=status, step=update * 100, final_model=model)
+    owner.release(run_dir)
 
 
 def fake_endless_trainer(config, run_dir, queue, stop_event, resume):
@@ -91,6 +94,7 @@ def fake_failing_trainer(config, run_dir, queue, stop_event, resume):
 
 
 def fake_dying_trainer(config, run_dir, queue, stop_event, resume):
+    take_ownership(run_dir)  # left behind: its process is gone
     emit = _emitter(run_dir, queue)
     emit("start", run_id=Path(run_dir).name, config=config, device="cpu", total_timesteps=1000,
          resumed_from_step=None)
@@ -271,3 +275,64 @@ def test_only_files_inside_the_runs_folder_are_served(tmp_path):
     assert safe_run_file(runs_dir, runs_dir / "r1" / ".." / ".." / "secret.txt") is None
     assert safe_run_file(runs_dir, runs_dir / "r1" / "link.txt") is None
     assert safe_run_file(runs_dir, runs_dir / "r1" / "missing.pth") is None
+
+
+# ----------------------------------------------------------------------------- one status rule, owners
+
+
+def sleeping_owner(run_dir: Path):
+    """A live process of this host written into owner.json, as a CLI trainer would have."""
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    owner = RunOwner(pid=process.pid, host=socket.gethostname(), started_at=time.time(),
+                     process_started=psutil.Process(process.pid).create_time())
+    (run_dir / "owner.json").write_text(json.dumps(owner.__dict__))
+    return process
+
+
+def test_a_run_started_here_and_the_same_run_found_on_disk_get_the_same_status(tmp_path):
+    here = RunManager(tmp_path, target=fake_endless_trainer)
+    run_id = here.start(CONFIG).run_id
+    elsewhere = RunManager(tmp_path)  # another studio on the same folder: finds the run on disk
+    wait_for(lambda: len(here.get(run_id).metrics) >= 2)
+    assert here.get(run_id).status == elsewhere.get(run_id).status == "running"
+    here.stop(run_id)
+    assert wait_until_ended(here, run_id).status == elsewhere.get(run_id).status == "stopped"
+
+    dying = RunManager(tmp_path, target=fake_dying_trainer)
+    dead_id = dying.start(CONFIG).run_id
+    assert wait_until_ended(dying, dead_id).status == "interrupted"
+    assert RunManager(tmp_path).get(dead_id).status == "interrupted"  # its owner.json names a dead process
+    assert {run.run_id: run.status for run in elsewhere.list_runs()} == {run_id: "stopped", dead_id: "interrupted"}
+
+
+def test_a_run_whose_owner_is_alive_is_running_and_not_resumable(tmp_path):
+    manager = RunManager(tmp_path, target=fake_trainer)
+    run_id = manager.start(CONFIG).run_id
+    wait_until_ended(manager, run_id)
+    run_dir = tmp_path / run_id
+    # As if a CLI trainer had resumed it: a live owner and a new segment without an end yet.
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as history:
+        history.write(json.dumps({"type": "start", "time": time.time(), "run_id": run_id, "config": CONFIG,
+                                  "device": "cpu", "total_timesteps": 2000, "resumed_from_step": 1000}) + "\n")
+    owner = sleeping_owner(run_dir)
+    try:
+        assert manager.get(run_id).status == RunManager(tmp_path).get(run_id).status == "running"
+        with pytest.raises(RunError, match=f"being trained by process {owner.pid} on host"):
+            manager.resume(run_id)
+        with pytest.raises(RunError, match="running"):
+            manager.delete(run_id)
+        with pytest.raises(RunError, match=f"process {owner.pid}.*stop it there"):
+            manager.stop(run_id)
+    finally:
+        owner.kill()
+        owner.wait()
+    assert manager.get(run_id).status == "interrupted"  # its owner is gone: resumable now
+    manager.resume(run_id)
+    resumed = wait_until_ended(manager, run_id)
+    assert resumed.status == "finished" and resumed.metrics[-1]["step"] == 2000
