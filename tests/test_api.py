@@ -164,3 +164,33 @@ def test_load_does_not_import_code_a_file_names(trained, tmp_path):
     torch.save(payload, tmp_path / "evil.pth")
     with pytest.raises(ConfigError, match="allow_custom_code"):
         PPO.load(tmp_path / "evil.pth")
+
+
+def test_pip_install_gives_the_api_the_configs_and_the_commands_anywhere(tmp_path):
+    """`pip install .` (non-editable, into a folder): the packages, configs/ and both commands."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("setuptools", minversion="70.1")   # builds wheels without the `wheel` package
+    root = Path(__file__).resolve().parents[1]
+    source, target, elsewhere = tmp_path / "source", tmp_path / "site", tmp_path / "elsewhere"
+    source.mkdir()
+    elsewhere.mkdir()
+    for name in ("envs", "trainer", "studio", "configs"):  # a copy: the build leaves build/ behind
+        shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("app.py", "pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    check = ("import trainer, trainer.config as c; from trainer import PPO, load_model; "
+             "print(trainer.__file__); print(c.shipped_config_path('FlappyBird-v0'))")
+    shown = subprocess.run([sys.executable, "-c", check], cwd=elsewhere, env=env, capture_output=True, text=True,
+                           check=True, timeout=120).stdout.split()
+    assert shown == [str(target / "trainer" / "__init__.py"), str(target / "configs" / "flappy_bird.yaml")]
+    for command in ("rl-train", "rl-studio"):
+        completed = subprocess.run([sys.executable, str(target / "bin" / command), "--help"], cwd=elsewhere, env=env,
+                                   capture_output=True, text=True, timeout=120)
+        assert completed.returncode == 0 and "usage:" in completed.stdout, completed.stderr[-2000:]

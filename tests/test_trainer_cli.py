@@ -75,3 +75,14 @@ def test_guide_style_flappy_bird_yaml_runs_as_is(tmp_path):
     run_dir = only_run_dir(tmp_path)
     assert run_dir.name.startswith("flappy_bird-ppo-small-")
     assert (run_dir / "flappy_bird_ppo_final.pth").is_file()
+
+
+def test_a_shipped_config_by_its_bare_name_from_any_folder(tmp_path, monkeypatch):
+    from trainer.__main__ import shipped_config_file
+
+    monkeypatch.chdir(tmp_path)
+    assert shipped_config_file("train_flappy_bird.yaml") == ROOT / "configs" / "train_flappy_bird.yaml"
+    (tmp_path / "cartpole.yaml").write_text("env_name: snake\n")
+    assert shipped_config_file("cartpole.yaml") == "cartpole.yaml"             # a file here wins
+    for other in ("nothing.yaml", "../configs/snake.yaml", "sub/snake.yaml"):   # never a path into configs/
+        assert shipped_config_file(other) == other

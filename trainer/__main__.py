@@ -24,7 +24,8 @@ def build_train_parser() -> argparse.ArgumentParser:
         prog="python -m trainer",
         description="Train a PPO / A2C agent from a YAML config. "
                     "(`python -m trainer evaluate MODEL.pth` plays a trained model.)")
-    parser.add_argument("--config", "-c", help="YAML config file, e.g. configs/cartpole.yaml")
+    parser.add_argument("--config", "-c", help="YAML config file, e.g. configs/cartpole.yaml (a shipped config "
+                                              "also by its bare name from any folder: cartpole.yaml)")
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (repeatable), e.g. --set learning_rate=1e-3 "
                              "--set checkpoint.interval=20")
@@ -100,6 +101,18 @@ class StopFlag:
         print("\nStopping after this update and saving (Ctrl-C again to abort now)...", file=sys.stderr, flush=True)
 
 
+def shipped_config_file(given: str | Path | None) -> str | Path | None:
+    """`--config cartpole.yaml` from any folder: a bare file name that is not in the current
+    folder but is one of the shipped configs (configs/*.yaml, installed with the package) means
+    that one. The name is looked up in the folder's listing, never joined into a path."""
+    if given is None or Path(given).exists() or Path(given).name != str(given):
+        return given
+    from trainer.config import CONFIGS_DIR
+
+    shipped = {path.name: path for path in CONFIGS_DIR.glob("*.yaml")} if CONFIGS_DIR.is_dir() else {}
+    return shipped.get(str(given), given)
+
+
 def train_command(argv: list[str]) -> int:
     parser = build_train_parser()
     args = parser.parse_args(argv)
@@ -122,6 +135,7 @@ def train_command(argv: list[str]) -> int:
         print("error: give --config FILE.yaml (e.g. configs/cartpole.yaml), --set KEY=VALUE, or --resume RUN_DIR",
               file=sys.stderr)
         return EXIT_USAGE
+    config_path = shipped_config_file(config_path)
     try:
         config = load_config(config_path, args.overrides)
     except ConfigError as error:
@@ -130,7 +144,7 @@ def train_command(argv: list[str]) -> int:
 
     from trainer.distributed import setup_distributed, shutdown_distributed
     from trainer.loop import ResumeError, train
-    from trainer.run_dir import create_run_dir
+    from trainer.run_dir import RunOwnedError, create_run_dir
     from trainer.setup import device_type
 
     context = setup_distributed(config.backend, device_type(config))
@@ -156,7 +170,7 @@ def train_command(argv: list[str]) -> int:
     stop.install()
     try:
         result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume))
-    except (ConfigError, ResumeError) as error:
+    except (ConfigError, ResumeError, RunOwnedError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
