@@ -67,3 +67,13 @@ def test_torchrun_cli(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     (run_dir,) = list(tmp_path.iterdir())
     assert (run_dir / "cartpole_ppo_final.pth").is_file()
+
+
+def test_every_rank_and_restart_point_draws_its_own_random_streams():
+    from trainer.seeding import seeds
+
+    drawn = [seeds(5, rank, update) for rank in range(4) for update in (0, 7, 8)]
+    assert len({s.env for s in drawn}) == len(drawn)               # no two ranks replay the same episodes
+    assert len({s.sampling for s in drawn}) == len(drawn)
+    assert {s.network for s in drawn} == {5}                       # the same initial weights everywhere
+    assert seeds(5, 0, 0).gif_env not in {s.env for s in drawn}    # the GIF env is not a training env
