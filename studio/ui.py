@@ -41,6 +41,7 @@ from studio.form import (
 )
 from trainer.config import config_from_dict, merge_settings
 from studio.runs import RunError, RunManager, RunSnapshot, safe_run_file
+from trainer.run_dir import checkpoint_folder, config_path, list_checkpoints
 from studio.system import SystemMonitor, available_devices
 
 DEFAULT_ENV = "cartpole"
@@ -191,7 +192,7 @@ class Studio:
         return {
             "model": self._file(run.final_model),
             "checkpoint": self._file(run.latest_checkpoint),
-            "config": self._file(Path(run.run_dir) / "config.yaml"),
+            "config": self._file(config_path(run.run_dir)),
             "metrics": self._file(csv_path),
         }
 
@@ -397,9 +398,10 @@ class Studio:
         if run is None:
             return gr.Dropdown(choices=[], value=None)
         run_dir = Path(run.run_dir)
-        candidates = sorted(run_dir.glob("*.pth")) + sorted(
-            (run_dir / "checkpoints").glob("*.pth"), key=lambda p: p.stat().st_mtime, reverse=True)
-        names = [str(path.relative_to(run_dir)) for path in candidates if self._file(path)]
+        checkpoints = list_checkpoints(checkpoint_folder(run_dir, run.config))  # honours checkpoint.path
+        candidates = sorted(run_dir.glob("*.pth")) + [path for _, path in reversed(checkpoints)]
+        names = [str(path.relative_to(run_dir)) for path in candidates
+                 if path.is_relative_to(run_dir) and self._file(path)]
         return gr.Dropdown(choices=names, value=names[0] if names else None)
 
     def on_evaluate(self, source: str, run_id: str | None, file_name: str | None, upload: str | None,
