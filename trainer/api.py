@@ -67,9 +67,9 @@ class PPO:
             if self.run_dir is not None:
                 self._owner = take_ownership(self.run_dir)
                 open_run_dir(self._bus, self.run_dir, config)
+            self._console = LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False)
             if verbose:
-                self._bus.sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval,
-                                               timestamps=False))
+                self._bus.sinks.append(self._console)
             self._session = TrainingSession(config, self.run_dir, self._bus, None, env_factory, hidden_sizes)
             _check_network(self._session, hidden_sizes)
         except BaseException:
@@ -98,6 +98,9 @@ class PPO:
         callbacks = _callbacks(callback)
         stopper = _CallbackSink(callbacks, self)
         extra = [stopper] + ([ProgressBarSink(total=session.config.total_timesteps)] if progress_bar else [])
+        console = self._console in self._bus.sinks
+        if progress_bar and console:  # the bar prints the log lines above itself
+            self._bus.sinks.remove(self._console)
         self._bus.sinks += extra
         try:
             self.last_result = session.run(stopper.stop_requested)
@@ -109,6 +112,8 @@ class PPO:
                 sink.close()
                 if sink in self._bus.sinks:
                     self._bus.sinks.remove(sink)
+            if progress_bar and console:
+                self._bus.sinks.append(self._console)
         if stopper.error is not None:
             raise stopper.error
         return self

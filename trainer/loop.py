@@ -275,7 +275,7 @@ class TrainingSession:
             return
         if self._writes_files:
             write_config(self.run_dir, self.config)
-        self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else None,
+        self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
                       config=self.config.to_dict(), device=str(self.device),
                       total_timesteps=self.num_updates * self.steps_per_update,
                       resumed_from_step=self.resumed_from_step, world_size=self.world_size,
