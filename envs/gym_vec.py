@@ -2,13 +2,15 @@
 
 `GymVecEnv("Acrobot-v1", num_envs=8)` builds 8 copies with `gymnasium.make` (or, for an entry
 point `package.module:ClassName`, by calling the class), applies the user's wrappers to every
-copy, and steps them with `gymnasium.vector.SyncVectorEnv` (in this process) or
-`AsyncVectorEnv` (one process per copy). Observations, rewards and done flags come back as
+copy, and steps them with `gymnasium.vector.SyncVectorEnv` (mode `sync`: in this process),
+`AsyncVectorEnv` (`async`: one process per copy) or our shared-memory `WorkerPool` (`pool`:
+`num_workers` processes sharing the copies, envs/pool.py; `async_pool`: the same, in two halves
+that step while the policy acts on the other). Observations, rewards and done flags come back as
 tensors on the chosen device; finished episodes feed the same `EpisodeStats` as the native
 envs, with `score` taken from the env's `info["score"]` when it reports one, else the return.
 
-This path is for coverage, not speed: every step crosses from tensors to numpy and back, and
-each copy is a Python object stepped one at a time.
+Every step crosses from tensors to numpy and back and each copy is a Python object stepped
+one at a time, so the pool is the fast path for a user's own game: its cost is the env's.
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from torch import Tensor
 
 from envs.base import EnvConfigError, EnvError, UnknownEnvError, VecEnv
+from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool, resolve_num_workers
+
+MODES = ("sync", "async", "pool", "async_pool")
 
 
 def _load(entry_point: str, what: str):
@@ -68,8 +73,12 @@ def _bad_kwarg_error(env_id: str, error: TypeError) -> EnvConfigError:
 class GymVecEnv(VecEnv):
     """`num_envs` copies of a Gymnasium env behind the `VecEnv` protocol.
 
-    mode: "sync" (all copies in this process) or "async" (one worker process per copy; with
-    `num_workers`, at most that many step at the same time).
+    mode: "sync" (all copies in this process), "async" (Gymnasium's: one worker process per
+    copy; with `num_workers`, at most that many step at the same time), "pool" (`num_workers`
+    processes, 'auto': one per usable core, sharing the copies over shared memory) or
+    "async_pool" (the pool in two halves: `send(group, actions)` / `recv(group)` let the
+    policy act on one half while the other steps; `step` still steps every env).
+    step_timeout: pool modes: seconds a worker may take for one step before the run ends.
     Box observations become float32; Discrete observations become one-hot vectors. Actions:
     Discrete (int64 (N,)) or Box (float32 (N, *shape), passed to the env unclipped).
     """
@@ -81,13 +90,14 @@ class GymVecEnv(VecEnv):
         device: torch.device | str = "cpu",
         seed: int | None = None,
         mode: str = "sync",
-        num_workers: int | None = None,
+        num_workers: int | str | None = None,
         wrappers: list[str] | tuple[str, ...] = (),
         env_kwargs: dict | None = None,
+        step_timeout: float = DEFAULT_STEP_TIMEOUT_S,
     ):
         super().__init__(num_envs, device, seed)
-        if mode not in ("sync", "async"):
-            raise EnvConfigError(f"vector_env mode must be 'sync' or 'async', got {mode!r}")
+        if mode not in MODES:
+            raise EnvConfigError(f"vector_env mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.name = env_id
         self.mode = mode
         wrappers = tuple(wrappers)
@@ -115,15 +125,32 @@ class GymVecEnv(VecEnv):
             render_mode = None  # a factory is called as given; it renders if it made its env with rgb_array
             self.can_render = getattr(probe, "render_mode", None) == "rgb_array"
             self.name = getattr(probe.spec, "id", None) or getattr(env_id, "__qualname__", "env factory")
-        env_fns = [functools.partial(make_single_env, env_id, wrappers, env_kwargs, render_mode)] * num_envs
+        env_fn = functools.partial(make_single_env, env_id, wrappers, env_kwargs, render_mode)
+        self._vector_env = self._pool = None
+        self.step_groups: tuple[slice, ...] | None = None  # async_pool: the envs of each half
         if mode == "sync":
-            self._vector_env = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-        else:
+            self._vector_env = SyncVectorEnv([env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+        elif mode == "async":
             self._vector_env = AsyncVectorEnv(
-                env_fns, autoreset_mode=AutoresetMode.SAME_STEP, max_concurrency=num_workers
+                [env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP,
+                max_concurrency=None if num_workers is None else resolve_num_workers(num_workers, num_envs),
             )
+        else:
+            groups = 2 if mode == "async_pool" else 1
+            workers = max(groups, resolve_num_workers(num_workers, num_envs))
+            obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
+            self._pool = WorkerPool(env_fn, num_envs, workers, obs_shape, self.single_action_space.shape,
+                                    self.single_action_space.dtype, groups=groups, step_timeout=step_timeout)
+            if groups == 2:
+                self.step_groups = tuple(self._pool.group_envs)
+            self._group_received = [False] * groups
+        self.num_workers = self._pool.num_workers if self._pool is not None else (
+            num_envs if mode == "async" else 1)
         self._closed = False
         self._running_return = np.zeros(num_envs, dtype=np.float64)
+        self._step_reward = np.zeros(num_envs, dtype=np.float64)  # async_pool: a step's halves meet here
+        self._step_score = np.zeros(num_envs, dtype=np.float64)
+        self._step_done = np.zeros(num_envs, dtype=bool)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
         self._last_obs = self.reset(self._seed)
 
@@ -154,22 +181,24 @@ class GymVecEnv(VecEnv):
     # Conversions ------------------------------------------------------------------------------
 
     def _obs_to_tensor(self, obs: np.ndarray) -> Tensor:
+        """A new tensor (never a view of the pool's shared memory, which the next step rewrites)."""
         if self._one_hot_obs is not None:
             size, start = self._one_hot_obs
-            one_hot = np.zeros((self.num_envs, size), dtype=np.float32)
-            one_hot[np.arange(self.num_envs), np.asarray(obs, dtype=np.int64) - start] = 1.0
+            one_hot = np.zeros((len(obs), size), dtype=np.float32)
+            one_hot[np.arange(len(obs)), np.asarray(obs, dtype=np.int64) - start] = 1.0
             obs = one_hot
-        return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        return torch.tensor(np.asarray(obs, dtype=np.float32), device=self.device)
 
-    def _actions_to_numpy(self, actions: Tensor | np.ndarray) -> np.ndarray:
+    def _actions_to_numpy(self, actions: Tensor | np.ndarray, count: int | None = None) -> np.ndarray:
+        count = self.num_envs if count is None else count
         if isinstance(actions, Tensor):
             actions = actions.detach().cpu().numpy()
         actions = np.asarray(actions)
         if self._action_start is not None:
-            if actions.size != self.num_envs:
-                raise EnvError(f"{self.name}: expected {self.num_envs} discrete actions, got shape {actions.shape}")
-            return actions.reshape(self.num_envs).astype(np.int64) + self._action_start
-        shape = (self.num_envs, *self.single_action_space.shape)
+            if actions.size != count:
+                raise EnvError(f"{self.name}: expected {count} discrete actions, got shape {actions.shape}")
+            return actions.reshape(count).astype(np.int64) + self._action_start
+        shape = (count, *self.single_action_space.shape)
         if actions.size != int(np.prod(shape)):
             raise EnvError(f"{self.name}: expected continuous actions of shape {shape}, got shape {actions.shape}")
         return actions.reshape(shape).astype(self.single_action_space.dtype)
@@ -177,50 +206,103 @@ class GymVecEnv(VecEnv):
     # Protocol ---------------------------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> Tensor:
-        obs, _ = self._vector_env.reset(seed=seed)
+        if self._pool is not None:
+            obs = self._pool.reset(seed)
+            self._group_received = [False] * len(self._group_received)
+        else:
+            obs, _ = self._vector_env.reset(seed=seed)
         self.stats.reset()
         self._running_return[:] = 0.0
         return self._obs_to_tensor(obs)
 
-    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        obs, reward, terminated, truncated, info = self._vector_env.step(self._actions_to_numpy(actions))
-        reward = np.asarray(reward, dtype=np.float64)
+    def _gymnasium_step(self, actions: np.ndarray) -> tuple:
+        """One step of Gymnasium's vector env as the pool reports it: (obs, final_obs, reward,
+        terminated, truncated, env_score, has_env_score), numpy arrays of N."""
+        obs, reward, terminated, truncated, info = self._vector_env.step(actions)
         done = np.logical_or(terminated, truncated)
-        self._running_return += reward
-        score = self._running_return.copy()
+        env_score = np.zeros(self.num_envs, dtype=np.float64)
+        has_score = np.zeros(self.num_envs, dtype=bool)
         if "score" in info:  # the env reports its own game score
-            has_score = info.get("_score", np.ones(self.num_envs, dtype=bool))
-            score[has_score] = np.asarray(info["score"], dtype=np.float64)[has_score]
+            has_score = np.asarray(info.get("_score", np.ones(self.num_envs, dtype=bool)), dtype=bool).copy()
+            env_score[has_score] = np.asarray(info["score"], dtype=np.float64)[has_score]
         final_obs = np.array(obs, copy=True)
         if done.any():
             finished = np.flatnonzero(done)
             final_obs[finished] = np.stack([info["final_obs"][i] for i in finished])
             final_info = info.get("final_info", {})
+            has_score &= ~done
             if "score" in final_info:
-                has_score = final_info.get("_score", np.ones(self.num_envs, dtype=bool)) & done
-                score[has_score] = np.asarray(final_info["score"], dtype=np.float64)[has_score]
-        reward_tensor = torch.as_tensor(reward, dtype=torch.float32, device=self.device)
-        terminated_tensor = torch.as_tensor(np.asarray(terminated, dtype=bool), device=self.device)
-        truncated_tensor = torch.as_tensor(np.asarray(truncated, dtype=bool), device=self.device)
-        self.stats.update(
-            reward_tensor,
-            torch.as_tensor(score, dtype=torch.float32, device=self.device),
-            terminated_tensor | truncated_tensor,
-        )
-        self._running_return[done] = 0.0
+                has_final = np.asarray(final_info.get("_score", np.ones(self.num_envs, dtype=bool)), dtype=bool) & done
+                env_score[has_final] = np.asarray(final_info["score"], dtype=np.float64)[has_final]
+                has_score |= has_final
+        return obs, final_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, env_score, has_score
+
+    def _pool_results(self, envs: slice) -> tuple:
+        shared = self._pool.shared
+        return (shared.obs[envs], shared.final_obs[envs], shared.reward[envs], shared.terminated[envs],
+                shared.truncated[envs], shared.score[envs], shared.has_score[envs])
+
+    def _results(self, envs: slice, results: tuple) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """Scores, running returns and tensors of the envs `envs` from one step's numpy results;
+        their reward / score / done wait in `_step_*` for the statistics."""
+        obs, final_obs, reward, terminated, truncated, env_score, has_score = results
+        done = np.logical_or(terminated, truncated)
+        running = self._running_return[envs]  # a view: slices of a numpy array are
+        running += reward
+        score = np.where(has_score, env_score, running)
+        self._step_reward[envs], self._step_score[envs], self._step_done[envs] = reward, score, done
+        running[done] = 0.0
         return (
             self._obs_to_tensor(obs),
-            reward_tensor,
-            terminated_tensor,
-            truncated_tensor,
+            torch.as_tensor(np.asarray(reward, dtype=np.float32), device=self.device),
+            torch.tensor(np.asarray(terminated, dtype=bool), device=self.device),
+            torch.tensor(np.asarray(truncated, dtype=bool), device=self.device),
             {"final_obs": self._obs_to_tensor(final_obs)},
         )
+
+    def _update_stats(self) -> None:
+        self.stats.update(
+            torch.as_tensor(self._step_reward, dtype=torch.float32, device=self.device),
+            torch.as_tensor(self._step_score, dtype=torch.float32, device=self.device),
+            torch.as_tensor(self._step_done, device=self.device).clone(),
+        )
+
+    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        actions = self._actions_to_numpy(actions)
+        if self._pool is not None:
+            self._pool.step(actions)
+            results = self._pool_results(slice(None))
+        else:
+            results = self._gymnasium_step(actions)
+        out = self._results(slice(None), results)
+        self._update_stats()
+        return out
+
+    def send(self, group: int, actions: Tensor) -> None:
+        """async_pool: start a step of the envs `step_groups[group]` with their actions."""
+        envs = self.step_groups[group]
+        self._pool.send(group, self._actions_to_numpy(actions, envs.stop - envs.start))
+
+    def recv(self, group: int) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """async_pool: wait for `group`'s step and return its (obs, reward, terminated,
+        truncated, info) for the envs `step_groups[group]`; the statistics count a step once
+        every group has reported it."""
+        self._pool.recv(group)
+        envs = self.step_groups[group]
+        out = self._results(envs, self._pool_results(envs))
+        self._group_received[group] = True
+        if all(self._group_received):
+            self._group_received = [False] * len(self._group_received)
+            self._update_stats()
+        return out
 
     def render(self, index: int = 0) -> np.ndarray:
         index = self._check_render_index(index)
         if not self.can_render:
             raise EnvError(f"{self.name} cannot render RGB frames (its render_modes lack 'rgb_array')")
-        if isinstance(self._vector_env, SyncVectorEnv):
+        if self._pool is not None:
+            frame = self._pool.render(index)
+        elif isinstance(self._vector_env, SyncVectorEnv):
             frame = self._vector_env.envs[index].render()
         else:
             frame = self._vector_env.call("render")[index]
@@ -232,7 +314,7 @@ class GymVecEnv(VecEnv):
     def close(self) -> None:
         if not getattr(self, "_closed", True):
             self._closed = True
-            self._vector_env.close()
+            (self._pool or self._vector_env).close()
 
     def __del__(self):
         try:
@@ -241,4 +323,4 @@ class GymVecEnv(VecEnv):
             pass
 
     def __repr__(self) -> str:
-        return f"GymVecEnv({self.name!r}, num_envs={self.num_envs}, mode={self.mode!r}, device={self.device})"
+        return f"GymVecEnv({self.name!r}, num_envs={self.num_envs}, mode={self.mode!r}, num_workers={self.num_workers}, device={self.device})"

@@ -1,0 +1,380 @@
+"""A shared-memory worker pool for Python (Gymnasium) envs: `num_workers` processes, each
+stepping its own slice of the `num_envs` copies in a loop.
+
+Gymnasium's `AsyncVectorEnv` starts one process per env and pickles every step's results
+through a pipe; here the actions, observations, rewards and done flags live in shared memory
+(`multiprocessing.RawArray`, one block per array), and a step costs one semaphore release and
+one acquire per worker. A worker auto-resets a finished env itself, keeping the observation the
+episode ended on in `final_obs`, so the learner never waits for a second round trip.
+
+`WorkerPool` speaks numpy, like a Gymnasium vector env; `envs.gym_vec.GymVecEnv` (modes
+`pool` and `async_pool`) puts it behind the `VecEnv` protocol with the conversions, scores
+and statistics every Gymnasium env gets. The asynchronous mode splits the workers into two
+groups (`send(group, actions)` / `recv(group)`), so one half of the envs steps while the
+policy acts on the other (trainer/rollout.py uses it whenever an env offers `step_groups`).
+
+Faults end the run, never hang it: an exception in the env's code comes back with its own
+traceback and the worker's number; a worker that dies (a segfault) or whose step outlives
+`step_timeout` seconds is reported with the stack Python's faulthandler dumped for it. Workers
+exit when the process that made them dies, even by SIGKILL (a watchdog thread, and on Linux
+PR_SET_PDEATHSIG).
+
+Seeding: `reset(seed)` seeds env i with `seed + i`, as Gymnasium's vector envs do, so the
+trajectories depend on the seed only, not on how many workers share the envs.
+"""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from typing import Callable, Sequence
+
+import cloudpickle
+import numpy as np
+
+from envs.base import EnvConfigError, EnvError
+
+# Commands a worker reads from the shared `command` slot when woken.
+_STEP, _RESET, _RENDER, _CLOSE = 1, 2, 3, 4
+_OK, _FAILED = 0, 1
+# How often a waiting learner checks that its workers are still alive (seconds).
+_LIVENESS_POLL_S = 0.2
+DEFAULT_STEP_TIMEOUT_S = 60.0
+
+
+class EnvWorkerError(EnvError):
+    """A pool worker raised, died or hung; the message names the worker, its envs and the cause."""
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS / Windows have no affinity mask
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_num_workers(num_workers: "int | str | None", num_envs: int) -> int:
+    """`auto` -> the usable cores; never more workers than envs."""
+    if num_workers is None or (isinstance(num_workers, str) and num_workers.strip().lower() == "auto"):
+        count = available_cores()
+    elif isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+        raise EnvConfigError(f"num_workers must be a positive integer or 'auto', got {num_workers!r}")
+    else:
+        count = int(num_workers)
+    return max(1, min(count, num_envs))
+
+
+def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
+    bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
+    return [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+class _Shared:
+    """The numpy views of the pool's shared arrays (created by the learner, inherited by workers)."""
+
+    FIELDS = ("obs", "final_obs", "actions", "reward", "terminated", "truncated", "score", "has_score", "seeds")
+
+    def __init__(self, num_envs: int, obs_shape: tuple, action_shape: tuple, action_dtype: np.dtype,
+                 num_workers: int, raw: dict | None = None):
+        self.specs = {
+            "obs": ((num_envs, *obs_shape), np.float32),
+            "final_obs": ((num_envs, *obs_shape), np.float32),
+            "actions": ((num_envs, *action_shape), np.dtype(action_dtype)),
+            "reward": ((num_envs,), np.float64),
+            "terminated": ((num_envs,), np.bool_),
+            "truncated": ((num_envs,), np.bool_),
+            "score": ((num_envs,), np.float64),      # the env's info["score"] where it gave one
+            "has_score": ((num_envs,), np.bool_),
+            "seeds": ((num_envs,), np.int64),        # -1: reset without a seed
+            "command": ((num_workers,), np.int32),
+            "status": ((num_workers,), np.int32),
+            "arg": ((num_workers,), np.int64),       # the env index of a render command
+        }
+        self.raw = raw if raw is not None else {
+            name: multiprocessing.RawArray(ctypes.c_byte, max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize))
+            for name, (shape, dtype) in self.specs.items()
+        }
+        for name, (shape, dtype) in self.specs.items():
+            count = int(np.prod(shape))
+            setattr(self, name, np.frombuffer(self.raw[name], dtype=dtype, count=count).reshape(shape))
+
+
+def _die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
+    if pdeathsig and sys.platform.startswith("linux"):
+        try:  # the kernel kills us when the creating thread's process dies, even by SIGKILL
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:  # also covers macOS and pools made in a thread other than the main one
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(0.5)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, name="pool-watchdog", daemon=True).start()
+
+
+def _worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple, raw: dict, go, done,
+                 error_conn, fault_path: str, parent_pid: int, pdeathsig: bool) -> None:
+    _die_with_parent(parent_pid, pdeathsig)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the learner's to handle; it closes us
+    fault_file = open(fault_path, "w")
+    faulthandler.enable(fault_file)  # a segfault leaves the env's stack here for the learner
+    faulthandler.register(signal.SIGUSR1, fault_file, all_threads=False)  # the learner's "you hung" dump
+    shared = _Shared(*spec_args, raw=raw)
+    envs: list = []
+    try:
+        env_fn = cloudpickle.loads(payload)
+        envs = [env_fn() for _ in range(lo, hi)]
+    except BaseException:
+        shared.status[index] = _FAILED
+        error_conn.send(("building the env", traceback.format_exc()))
+    done.release()
+    if shared.status[index] == _FAILED:
+        return
+    obs_out, final_out, actions = shared.obs, shared.final_obs, shared.actions
+    reward_out, term_out, trunc_out = shared.reward, shared.terminated, shared.truncated
+    score_out, has_score_out = shared.score, shared.has_score
+    discrete = actions.ndim == 1
+    while True:
+        go.acquire()
+        command = int(shared.command[index])
+        try:
+            if command == _STEP:
+                for k, env in zip(range(lo, hi), envs):
+                    obs, reward, terminated, truncated, info = env.step(actions[k] if discrete else actions[k].copy())
+                    reward_out[k] = reward
+                    term_out[k] = terminated
+                    trunc_out[k] = truncated
+                    score = info.get("score") if info else None
+                    has_score_out[k] = score is not None
+                    if score is not None:
+                        score_out[k] = score
+                    if terminated or truncated:
+                        final_out[k] = obs
+                        obs, _ = env.reset()
+                        obs_out[k] = obs
+                    else:
+                        obs_out[k] = obs
+                        final_out[k] = obs
+            elif command == _RESET:
+                for k, env in zip(range(lo, hi), envs):
+                    seed = int(shared.seeds[k])
+                    obs, _ = env.reset(seed=None if seed < 0 else seed)
+                    obs_out[k] = obs
+                    final_out[k] = obs
+            elif command == _RENDER:
+                error_conn.send(("frame", envs[int(shared.arg[index]) - lo].render()))
+            elif command == _CLOSE:
+                for env in envs:
+                    env.close()
+                shared.status[index] = _OK
+                done.release()
+                return
+            shared.status[index] = _OK
+        except BaseException:
+            shared.status[index] = _FAILED
+            what = {_STEP: "step", _RESET: "reset", _RENDER: "render"}.get(command, "a command")
+            error_conn.send((what, traceback.format_exc()))
+        done.release()
+
+
+class WorkerPool:
+    """`num_envs` copies of `env_fn()` stepped by `num_workers` processes over shared memory.
+
+    env_fn: a picklable (by cloudpickle) function returning one `gymnasium.Env`.
+    obs_shape / action_shape / action_dtype: of one env (observations are stored as float32).
+    groups: 1 (every step waits for all workers) or 2 (`send` / `recv` per half, for overlap).
+    """
+
+    def __init__(self, env_fn: Callable, num_envs: int, num_workers: int, obs_shape: tuple,
+                 action_shape: tuple, action_dtype: np.dtype, groups: int = 1,
+                 step_timeout: float = DEFAULT_STEP_TIMEOUT_S, context: str | None = None):
+        if groups not in (1, 2):
+            raise EnvConfigError(f"a worker pool steps its envs in 1 or 2 groups, got {groups!r}")
+        num_workers = max(groups, min(num_workers, num_envs))
+        if num_envs < groups:
+            raise EnvConfigError(f"the asynchronous pool needs at least 2 envs, got num_envs={num_envs}")
+        self.num_envs, self.num_workers, self.step_timeout = num_envs, num_workers, float(step_timeout)
+        self.slices = _split(num_envs, num_workers)
+        # Workers of group g: a contiguous run, so each group's envs are one slice of the batch.
+        worker_groups = np.array_split(np.arange(num_workers), groups)
+        self.group_workers = [list(map(int, workers)) for workers in worker_groups]
+        self.group_envs = [slice(self.slices[w[0]][0], self.slices[w[-1]][1]) for w in self.group_workers]
+        spec_args = (num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), num_workers)
+        self.shared = _Shared(*spec_args)
+        self._closed = False
+        self._in_flight = [False] * groups
+        self._processes: list = []
+        # fork is the cheap start (no re-import); threads of the learner are not copied, and a
+        # worker touches only numpy and the user's env
+        methods = multiprocessing.get_all_start_methods()
+        ctx = multiprocessing.get_context(context or ("fork" if "fork" in methods else "spawn"))
+        payload = cloudpickle.dumps(env_fn)
+        self._go = [ctx.Semaphore(0) for _ in range(num_workers)]
+        self._done = [ctx.Semaphore(0) for _ in range(num_workers)]
+        self._errors, self._fault_paths = [], []
+        pdeathsig = threading.current_thread() is threading.main_thread()
+        for index, (lo, hi) in enumerate(self.slices):
+            receive, send = ctx.Pipe(duplex=False)
+            handle, fault_path = tempfile.mkstemp(prefix=f"rlstudio-pool-worker{index}-", suffix=".txt")
+            os.close(handle)
+            process = ctx.Process(
+                target=_worker_main, name=f"rlstudio-pool-worker-{index}", daemon=True,
+                args=(index, lo, hi, payload, spec_args, self.shared.raw, self._go[index], self._done[index],
+                      send, fault_path, os.getpid(), pdeathsig),
+            )
+            process.start()
+            send.close()
+            self._processes.append(process)
+            self._errors.append(receive)
+            self._fault_paths.append(fault_path)
+        self._wait(range(num_workers), "building the env")
+
+    # Commands --------------------------------------------------------------------------------
+
+    def _signal(self, workers: Sequence[int], command: int) -> None:
+        self._check_open()
+        for worker in workers:
+            self.shared.command[worker] = command
+        for worker in workers:
+            self._go[worker].release()
+
+    def _wait(self, workers: Sequence[int], what: str) -> None:
+        deadline = time.monotonic() + self.step_timeout
+        for worker in workers:
+            while not self._done[worker].acquire(timeout=_LIVENESS_POLL_S):
+                process = self._processes[worker]
+                if not process.is_alive():
+                    self._fail(worker, what, self._death_message(process))
+                if time.monotonic() > deadline:
+                    self._fail(worker, what, self._hang_message(process))
+            if self.shared.status[worker] == _FAILED:
+                failed_at, trace = self._errors[worker].recv()
+                self._fail(worker, failed_at, f"the env raised:\n{trace}")
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Start every env (env i seeded with seed + i); returns the (N, *obs) observations."""
+        self._finish_in_flight()
+        self.shared.seeds[:] = -1 if seed is None else np.arange(seed, seed + self.num_envs)
+        self._signal(range(self.num_workers), _RESET)
+        self._wait(range(self.num_workers), "reset")
+        return self.shared.obs
+
+    def step(self, actions: np.ndarray) -> None:
+        """Step every env; the results are in `shared` (obs, final_obs, reward, ...)."""
+        self._finish_in_flight()
+        self.shared.actions[:] = actions
+        self._signal(range(self.num_workers), _STEP)
+        self._wait(range(self.num_workers), "step")
+
+    def send(self, group: int, actions: np.ndarray) -> None:
+        """Start a step of `group`'s envs (`group_envs[group]`) with their actions, not waiting."""
+        if self._in_flight[group]:
+            raise EnvError(f"group {group} of the pool is already stepping; recv({group}) first")
+        self.shared.actions[self.group_envs[group]] = actions
+        self._signal(self.group_workers[group], _STEP)
+        self._in_flight[group] = True
+
+    def recv(self, group: int) -> None:
+        """Wait for `group`'s step; its results are then in `shared` at `group_envs[group]`."""
+        if not self._in_flight[group]:
+            raise EnvError(f"group {group} of the pool is not stepping; send({group}, actions) first")
+        self._in_flight[group] = False
+        self._wait(self.group_workers[group], "step")
+
+    def _finish_in_flight(self) -> None:
+        for group, in_flight in enumerate(self._in_flight):
+            if in_flight:
+                self.recv(group)
+
+    def render(self, index: int):
+        self._finish_in_flight()
+        worker = next(w for w, (lo, hi) in enumerate(self.slices) if lo <= index < hi)
+        self.shared.arg[worker] = index
+        self._signal([worker], _RENDER)
+        self._wait([worker], "render")
+        _, frame = self._errors[worker].recv()
+        return frame
+
+    # Faults ----------------------------------------------------------------------------------
+
+    def _fault_dump(self, worker: int) -> str:
+        try:
+            with open(self._fault_paths[worker]) as handle:
+                return handle.read().strip()
+        except OSError:
+            return ""
+
+    def _death_message(self, process) -> str:
+        code = process.exitcode
+        cause = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        dump = self._fault_dump(self._processes.index(process))
+        return f"the worker process died ({cause}).{' Its stack:' + chr(10) + dump if dump else ''}"
+
+    def _hang_message(self, process) -> str:
+        worker = self._processes.index(process)
+        try:  # ask faulthandler in the worker where it is stuck, then give it a moment to write
+            os.kill(process.pid, signal.SIGUSR1)
+            time.sleep(0.3)
+        except OSError:
+            pass
+        dump = self._fault_dump(worker)
+        return (f"no answer within step_timeout={self.step_timeout:g} s (the env's code hangs, or is slower "
+                f"than that: raise step_timeout).{' Where it was:' + chr(10) + dump if dump else ''}")
+
+    def _fail(self, worker: int, what: str, detail: str) -> None:
+        lo, hi = self.slices[worker]
+        self.close(force=True)
+        raise EnvWorkerError(f"pool worker {worker} (envs {lo}..{hi - 1}) failed during {what}: {detail}")
+
+    # Lifetime --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvError("this worker pool is closed (after close() or a worker's failure); make a new env")
+
+    def close(self, force: bool = False) -> None:
+        """Stop the workers (politely unless `force` or something failed) and free their files."""
+        if self._closed:
+            return
+        self._closed = True
+        if not force and all(p.is_alive() for p in self._processes) and not any(self._in_flight):
+            for worker in range(self.num_workers):
+                self.shared.command[worker] = _CLOSE
+                self._go[worker].release()
+            for worker in range(self.num_workers):
+                self._done[worker].acquire(timeout=5.0)
+        for process in self._processes:
+            process.join(timeout=1.0 if not force else 0.0)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5.0)
+        for connection in self._errors:
+            connection.close()
+        for path in self._fault_paths:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self._processes]
+
+    def __del__(self):
+        try:
+            self.close(force=True)
+        except Exception:  # interpreter shutdown
+            pass
