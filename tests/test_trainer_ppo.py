@@ -105,6 +105,21 @@ def test_the_rollout_actor_and_scoring_compute_the_same_function_as_the_networks
     torch.testing.assert_close(scored_values, values, rtol=1e-4, atol=1e-4)
 
 
+def test_the_folded_mlp_follows_the_activation_table():
+    # ReLU folds with scale 1 and shift 0, tanh with 2 and -1: both must give the module's output.
+    torch.manual_seed(0)
+    for activation in (torch.nn.ReLU(), torch.nn.Tanh()):
+        mlp = torch.nn.Sequential(torch.nn.Linear(7, 16), activation, torch.nn.Linear(16, 8), activation,
+                                  torch.nn.Linear(8, 3))
+        obs = 3 * torch.randn(200, 7)
+        with torch.no_grad():
+            torch.testing.assert_close(FoldedMLP(mlp)(obs), mlp(obs), rtol=1e-4, atol=1e-5)
+    from trainer.models import UnsupportedNetwork
+
+    with pytest.raises(UnsupportedNetwork, match=r"layer 1 \(Sigmoid\(\)\).*Tanh, ReLU"):
+        FoldedMLP(torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.Sigmoid(), torch.nn.Linear(16, 3)))
+
+
 def test_the_rollout_sampler_follows_the_policy_probabilities():
     policy = discrete_policy()
     with torch.no_grad():
@@ -175,54 +190,205 @@ def test_running_mean_std_merges_batches_exactly():
     assert normalized.mean(0).abs().max() < 1e-3 and (normalized.std(0) - 1).abs().max() < 1e-2
 
 
-@pytest.mark.parametrize("model_type, action_space, unclipped, weighted", [
-    ("ppo-small", gymnasium.spaces.Discrete(3), False, False),
-    ("ppo-large", gymnasium.spaces.Discrete(4), False, True),
-    ("ppo-small", gymnasium.spaces.Discrete(2), True, False),
-    ("ppo-medium", gymnasium.spaces.Box(-1, 1, (2,)), False, True),
+def trained_looking(policy, scale=0.2):
+    """Perturb the init so that no layer is near its special initial values."""
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.add_(scale * torch.randn_like(parameter))
+    return policy
+
+
+def minibatch_of(policy, size, device="cpu", obs_size=6):
+    """A minibatch whose ratios fall both inside and outside the clip range."""
+    from trainer.ppo import UpdateBatch
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device)
+
+    obs = randn(size, obs_size)
+    with torch.no_grad():
+        sampler = policy.sampler()
+        generator = torch.Generator(device=device).manual_seed(1)
+        actions = sampler(obs, sampler.noise(1, size, generator, device)[0])
+        old_log_probs = policy.score(obs, actions)[0] + 0.3 * randn(size)
+    return UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=randn(size),
+                       returns=randn(size), values=randn(size))
+
+
+def settings_for(**changes):
+    from trainer.ppo import UpdateSettings
+
+    values = dict(update_epochs=1, mini_batch_size=96, clip_coef=0.2, clip_vloss=False, norm_adv=True,
+                  ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, unclipped=False,
+                  use_per=False, per_alpha=0.6, per_beta=0.4)
+    return UpdateSettings(**{**values, **changes})
+
+
+def relu_policy(spec):
+    """An ActorCritic whose MLPs use ReLU: the written-out forms follow the activation table."""
+    policy = build_policy(spec)
+    for mlp in (policy.actor, policy.critic):
+        for index, module in enumerate(mlp):
+            if isinstance(module, torch.nn.Tanh):
+                mlp[index] = torch.nn.ReLU()
+    return policy
+
+
+@pytest.mark.parametrize("model_type, action_space, unclipped, weighted, activation", [
+    ("ppo-small", gymnasium.spaces.Discrete(3), False, False, "tanh"),
+    ("ppo-large", gymnasium.spaces.Discrete(4), False, True, "tanh"),
+    ("ppo-small", gymnasium.spaces.Discrete(2), True, False, "tanh"),
+    ("ppo-medium", gymnasium.spaces.Box(-1, 1, (2,)), False, True, "tanh"),
+    ("ppo-small", gymnasium.spaces.Box(-1, 1, (2,)), False, False, "relu"),
 ])
-def test_the_written_out_gradient_equals_autograd(model_type, action_space, unclipped, weighted, test_device):
+def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(model_type, action_space, unclipped,
+                                                                        weighted, activation, test_device):
     from trainer import mlp_grad
-    from trainer.ppo import UpdateBatch, UpdateSettings, autograd_loss
+    from trainer.ppo import ppo_loss
 
     spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (6,)), action_space)
     torch.manual_seed(0)
-    policy = build_policy(spec).to(test_device)
-    with torch.no_grad():
-        for parameter in policy.parameters():
-            parameter.add_(0.2 * torch.randn_like(parameter))
+    policy = (relu_policy(spec) if activation == "relu" else build_policy(spec)).to(test_device)
+    trained_looking(policy)
     size = 96
-
-    def randn(*shape):
-        return torch.randn(*shape, device=test_device)
-
-    obs = randn(size, 6)
-    with torch.no_grad():
-        sampler = policy.sampler()
-        generator = torch.Generator(device=test_device).manual_seed(1)
-        actions = sampler(obs, sampler.noise(1, size, generator, test_device)[0])
-        old_log_probs = policy.score(obs, actions)[0] + 0.3 * randn(size)  # ratios in and out of the clip range
-    batch = UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=randn(size),
-                        returns=randn(size), values=randn(size))
+    batch = minibatch_of(policy, size, test_device)
     weights = torch.rand(size, device=test_device) if weighted else None
-    settings = UpdateSettings(update_epochs=1, mini_batch_size=size, clip_coef=0.2, clip_vloss=False, norm_adv=True,
-                              ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, unclipped=unclipped,
-                              use_per=False, per_alpha=0.6, per_beta=0.4)
-    assert mlp_grad.supports(policy, settings.clip_vloss)
+    settings = settings_for(unclipped=unclipped)
+    structure = mlp_grad.structure_of(policy)
+    assert structure is not None
     parameters = list(policy.parameters())
     for parameter in parameters:
         parameter.grad = None
-    loss, expected_losses, expected_log_ratio = autograd_loss(policy, batch, batch.advantages, weights, settings)
+    loss, expected_losses, expected_log_ratio = ppo_loss(policy, batch, batch.advantages, weights, settings)
     loss.backward()
     expected_grads = [parameter.grad.clone() for parameter in parameters]
     clipped = ((expected_log_ratio.exp() - 1).abs() > 0.2).float().mean()
     assert 0.1 < clipped < 0.9  # both branches of the clipped objective are exercised
     for parameter in parameters:
         parameter.grad.fill_(float("nan"))  # every gradient must be written, not accumulated
-    losses, log_ratio = mlp_grad.ppo_loss_and_gradient(
-        policy, obs, actions, old_log_probs, batch.advantages, batch.returns, weights,
-        settings.clip_coef, settings.ent_coef, settings.vf_coef, unclipped)
+    losses, log_ratio = mlp_grad.ppo_loss_and_gradient(structure, batch, batch.advantages, weights, settings)
     torch.testing.assert_close(losses, expected_losses, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(log_ratio, expected_log_ratio, rtol=1e-4, atol=1e-5)
     for parameter, expected in zip(parameters, expected_grads):
         torch.testing.assert_close(parameter.grad, expected, rtol=1e-3, atol=1e-6)
+
+
+def test_the_reference_loss_is_the_clipped_surrogate_value_loss_and_entropy_bonus():
+    # One sample per case, worked out by hand: the ratio, the clip, the value loss, the entropy.
+    from trainer.ppo import ppo_loss
+
+    policy = discrete_policy(2)
+    batch = minibatch_of(policy, 4, obs_size=5)
+    with torch.no_grad():
+        new_log_prob, entropy, value = policy.evaluate(batch.obs, batch.actions)
+    ratio = torch.tensor([0.5, 1.1, 1.5, 1.5])
+    batch.log_probs = new_log_prob - ratio.log()
+    advantages = torch.tensor([1.0, -2.0, 1.0, -1.0])
+    # min(r A, clip(r, 0.8, 1.2) A), the pessimistic bound: 0.5 (not 0.8), -2.2, 1.2 (clipped, not 1.5), -1.5
+    expected_policy_loss = -(0.5 - 2.2 + 1.2 - 1.5) / 4
+    expected_value_loss = 0.5 * (value - batch.returns).square().mean()
+    settings = settings_for(ent_coef=0.1, vf_coef=0.5)
+    loss, (policy_loss, value_loss, entropy_mean), _ = ppo_loss(policy, batch, advantages, None, settings)
+    assert policy_loss.item() == pytest.approx(expected_policy_loss, rel=1e-5)
+    assert value_loss.item() == pytest.approx(expected_value_loss.item(), rel=1e-5)
+    assert entropy_mean.item() == pytest.approx(entropy.mean().item(), rel=1e-5)
+    expected_loss = expected_policy_loss - 0.1 * entropy.mean() + 0.5 * expected_value_loss
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5)
+    _, (a2c_policy_loss, _, _), _ = ppo_loss(policy, batch, advantages, None, settings_for(unclipped=True))
+    assert a2c_policy_loss.item() == pytest.approx(-(0.5 - 2.2 + 1.5 - 1.5) / 4, rel=1e-5)
+
+
+def test_the_written_out_gradient_only_for_networks_it_derives_from():
+    from trainer import mlp_grad
+    from trainer.ppo import Adam
+
+    spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (5,)), gymnasium.spaces.Discrete(3))
+    assert Adam(build_policy(spec)).written_out is not None
+    # An activation without an entry in the table: autograd, and the rollout uses the module.
+    policy = build_policy(spec)
+    policy.actor[1] = torch.nn.Sigmoid()
+    assert mlp_grad.structure_of(policy) is None and Adam(policy).written_out is None
+    assert policy.sampler().actor is None
+    obs, actions = torch.randn(50, 5), torch.randint(0, 3, (50,))
+    with torch.no_grad():
+        torch.testing.assert_close(policy.score(obs, actions)[0], policy.evaluate(obs, actions)[0])
+    # A parameter the written-out gradient would not know of.
+    policy = build_policy(spec)
+    policy.temperature = torch.nn.Parameter(torch.ones(()))
+    assert mlp_grad.structure_of(policy) is None
+    cnn = build_policy(make_policy_spec("ppo-cnn", gymnasium.spaces.Box(0, 1, (3, 12, 12)), gymnasium.spaces.Discrete(4)))
+    assert mlp_grad.structure_of(cnn) is None
+
+
+def test_an_update_with_an_activation_outside_the_table_trains_through_autograd():
+    # nn.Sigmoid has no written-out form: the update must still move the weights as autograd says.
+    from trainer.ppo import Adam, ppo_update
+
+    spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3))
+    torch.manual_seed(0)
+    policy = build_policy(spec)
+    policy.actor[1] = torch.nn.Sigmoid()
+    trained_looking(policy)
+    batch = minibatch_of(policy, 96)
+    before = [p.detach().clone() for p in policy.parameters()]
+    ppo_update(policy, Adam(policy), batch, settings_for(), 1e-3, torch.Generator().manual_seed(0))
+    moved = [not torch.equal(b, p) for b, p in zip(before, policy.parameters())]
+    assert all(moved)
+
+
+def update_once(policy, optimizer):
+    from trainer.ppo import ppo_update
+
+    batch = minibatch_of(policy, 96)
+    return ppo_update(policy, optimizer, batch, settings_for(), 1e-3, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("action_space", [gymnasium.spaces.Discrete(3), gymnasium.spaces.Box(-1, 1, (2,))])
+def test_module_zero_grad_is_refused_not_silently_ignored(action_space):
+    # module.zero_grad() sets every .grad to None: the written-out gradient would write nowhere
+    # (torch.mm(out=None)) and Adam would step on stale gradients.
+    from trainer.ppo import Adam, OptimizerError
+
+    policy = trained_looking(build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), action_space)))
+    optimizer = Adam(policy)
+    update_once(policy, optimizer)
+    policy.zero_grad()
+    with pytest.raises(OptimizerError, match=r"parameter '[\w.]+' has \.grad = None.*optimizer\.zero_grad\(\)"):
+        update_once(policy, optimizer)
+
+
+def test_moving_the_model_after_building_the_optimiser_is_refused(test_device):
+    # .to() re-points every parameter at new storage: Adam would step a vector the model no longer reads.
+    from trainer.ppo import Adam, OptimizerError
+
+    policy = trained_looking(build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)),
+                                                           gymnasium.spaces.Discrete(3))))
+    optimizer = Adam(policy)
+    policy.to(torch.float64)
+    with pytest.raises(OptimizerError, match=r"'actor\.0\.weight' was moved or replaced.*build Adam\(model\)"):
+        optimizer.check_parameters()
+    if test_device != "cpu":
+        policy = build_policy(policy.spec)
+        optimizer = Adam(policy)
+        policy.to(test_device)
+        with pytest.raises(OptimizerError, match="moved or replaced"):
+            optimizer.check_parameters()
+
+
+def test_update_settings_come_from_the_config_by_name():
+    from dataclasses import fields
+
+    from trainer.config import load_config
+    from trainer.ppo import UpdateSettings
+
+    overrides = ["update_epochs=3", "num_envs=8", "num_steps=32", "mini_batch_size=64", "clip_coef=0.3",
+                 "clip_vloss=true", "norm_adv=false", "ent_coef=0.02", "vf_coef=0.7", "max_grad_norm=0.9",
+                 "target_kl=0.05", "use_per=true", "per_alpha=0.5", "per_beta=0.3"]
+    config = load_config(None, overrides)
+    settings = UpdateSettings.from_config(config)
+    for field in fields(UpdateSettings):
+        if field.name != "unclipped":
+            assert getattr(settings, field.name) == getattr(config, field.name), field.name
+    assert settings.mini_batch_size == 64 and settings.clip_coef == 0.3 and settings.target_kl == 0.05
+    assert settings.unclipped is False
+    assert UpdateSettings.from_config(load_config(None, ["algo=a2c"])).unclipped is True

@@ -13,10 +13,17 @@ policy), 1 for the value output.
 
 A network is described by a `spec`, a plain dict (saved in every checkpoint), so that
 `build_policy(spec)` rebuilds it without unpickling any Python object.
+
+The forward pass is the modules' (`nn.Sequential` of `nn.Linear` and activations). The fast
+no-grad forms (`FoldedMLP` for the rollout, the written-out gradient in trainer/mlp_grad.py)
+are derived from those modules layer by layer (`mlp_layers`), with each activation's forms
+taken from one table (`ACTIVATIONS`); tests/test_trainer_ppo.py holds them to the modules.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -72,15 +79,97 @@ def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
     return layer
 
 
+@dataclass(frozen=True)
+class Activation:
+    """An elementwise activation written as f(z) = scale * kernel(gain * z) + shift, where
+    `kernel` is a cheap in-place torch op. Every no-grad form of an MLP (`FoldedMLP`, the
+    written-out gradient) is derived from these numbers, so adding an activation is one entry
+    in `ACTIVATIONS`."""
+
+    kernel: Callable[[Tensor], Tensor]                # in place
+    gain: float
+    scale: float
+    shift: float
+    backward: Callable[[Tensor, Tensor], Tensor]      # (dL/dy, y = f(z)) -> dL/dz
+
+    def fast(self, z: Tensor) -> Tensor:
+        """f(z) in a new tensor (the input is left alone)."""
+        y = self.kernel(z.mul(self.gain) if self.gain != 1.0 else z.clone())
+        return self._scale_shift_(y)
+
+    def after_linear(self, linear: nn.Linear, x: Tensor) -> Tensor:
+        """f(x W^T + b), with the gain folded into the matmul (one op fewer)."""
+        z = torch.addmm(linear.bias, x, linear.weight.t(), beta=self.gain, alpha=self.gain)
+        return self._scale_shift_(self.kernel(z))
+
+    def _scale_shift_(self, y: Tensor) -> Tensor:
+        if self.scale != 1.0:
+            y.mul_(self.scale)
+        if self.shift != 0.0:
+            y.add_(self.shift)
+        return y
+
+
+def _tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
+    return torch.addcmul(grad, grad * output, output, value=-1.0)     # g (1 - tanh^2)
+
+
+def _relu_backward(grad: Tensor, output: Tensor) -> Tensor:
+    return grad * (output > 0)
+
+
+# tanh(z) = 2 sigmoid(2z) - 1: PyTorch's exact CPU tanh kernel is several times slower than its
+# sigmoid, and the two agree to 2e-7.
+ACTIVATIONS: dict[type[nn.Module], Activation] = {
+    nn.Tanh: Activation(Tensor.sigmoid_, gain=2.0, scale=2.0, shift=-1.0, backward=_tanh_backward),
+    nn.ReLU: Activation(Tensor.relu_, gain=1.0, scale=1.0, shift=0.0, backward=_relu_backward),
+}
+
+
+class UnsupportedNetwork(ModelError):
+    """A network with a layer that has no derived no-grad form (the caller falls back to the module)."""
+
+
+def activation_of(module: nn.Module) -> Activation | None:
+    """The table entry for an activation module (subclasses included), None if it has none."""
+    for cls in type(module).__mro__:
+        if cls in ACTIVATIONS:
+            return ACTIVATIONS[cls]
+    return None
+
+
+def mlp_layers(mlp: nn.Module) -> list[tuple[nn.Linear, Activation | None]]:
+    """An MLP as (Linear, its activation or None) pairs, the last one without activation.
+
+    Raises UnsupportedNetwork, naming the layer, for anything else (a layer type or activation
+    without an entry in ACTIVATIONS, two activations in a row, a Linear without bias)."""
+    modules = list(mlp) if isinstance(mlp, nn.Sequential) else [mlp]
+    supported = ", ".join(cls.__name__ for cls in ACTIVATIONS)
+    layers: list[tuple[nn.Linear, Activation | None]] = []
+    for index, module in enumerate(modules):
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            if layers and layers[-1][1] is None:
+                raise UnsupportedNetwork(f"layer {index} ({module}) follows a Linear without an activation")
+            layers.append((module, None))
+            continue
+        activation = activation_of(module)
+        if activation is None or not layers or layers[-1][1] is not None:
+            raise UnsupportedNetwork(f"layer {index} ({module}) has no derived form: expected Linear (with bias) "
+                                     f"layers, each followed by one of {supported}")
+        layers[-1] = (layers[-1][0], activation)
+    if not layers or layers[-1][1] is not None:
+        raise UnsupportedNetwork("the network must end with a Linear layer (the head)")
+    return layers
+
+
 class Tanh(nn.Tanh):
-    """tanh. Without autograd on the CPU (the rollout, `predict`) it is computed as
-    2 * sigmoid(2x) - 1, the same function to 2e-7: PyTorch's exact CPU tanh kernel is several
-    times slower than its sigmoid, and the activations are a tenth of a rollout step's cost."""
+    """tanh; without autograd on the CPU (the rollout, `predict`) in its fast form from
+    `ACTIVATIONS` (2 sigmoid(2x) - 1), since PyTorch's exact CPU tanh is several times slower."""
 
     def forward(self, x: Tensor) -> Tensor:
         if x.device.type != "cpu" or (torch.is_grad_enabled() and x.requires_grad):
             return torch.tanh(x)
-        return x.mul(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        return ACTIVATIONS[nn.Tanh].fast(x)
 
 
 def _mlp(in_features: int, hidden: tuple[int, ...], out_features: int, out_gain: float) -> nn.Sequential:
@@ -259,41 +348,49 @@ class ActorCritic(nn.Module):
 
 
 class FoldedMLP:
-    """A no-grad copy of one of the MLPs (Linear, Tanh, ..., Linear) for a batch of inputs,
-    with each hidden layer's tanh folded into the layer that follows, using
-    tanh(z) = 2 sigmoid(2z) - 1:
+    """A no-grad copy of an MLP (see `mlp_layers`) for a batch of inputs, with each hidden
+    layer's activation f(z) = scale * kernel(gain * z) + shift folded into the weights: layer i
+    outputs the kernel's value s_i, and the next layer absorbs the scale and shift,
 
-        s_1     = sigmoid(x (2 W_1)^T + 2 b_1)                      (= (tanh(z_1) + 1) / 2)
-        s_i+1   = sigmoid(s_i (4 W_i+1)^T + 2 (b_i+1 - W_i+1 1))
-        out     = s_L (2 W_out)^T + (b_out - W_out 1)
+        h W^T + b = s (scale W)^T + (b + shift W 1),   then x gain for the next kernel
 
-    One matmul and one in-place sigmoid per layer: five tensor ops for ppo-small instead of ten
-    (small batches are launch-bound, and PyTorch's CPU sigmoid is several times faster than its
-    tanh). The same function as the module to float32 rounding. Valid while the weights do not
-    change: build one per rollout.
+    (for tanh: s_i = sigmoid(2 z_i)). One matmul and one in-place kernel per layer: five tensor
+    ops for ppo-small instead of ten (small batches are launch-bound). The same function as the
+    module to float32 rounding. Valid while the weights do not change: build one per rollout.
     """
 
     @torch.no_grad()
-    def __init__(self, mlp: nn.Sequential):
-        linears = [module for module in mlp if isinstance(module, nn.Linear)]
-        self.layers: list[tuple[Tensor, Tensor]] = []   # (bias, weight^T) for torch.addmm
-        for index, linear in enumerate(linears):
+    def __init__(self, mlp: nn.Module):
+        self.layers: list[tuple[Tensor, Tensor, Callable[[Tensor], Tensor] | None]] = []  # (bias, weight^T, kernel)
+        previous: Activation | None = None
+        for linear, activation in mlp_layers(mlp):
             weight, bias = linear.weight, linear.bias
-            if index > 0:  # the input is s = (h + 1) / 2: h W^T + b = s (2 W)^T + (b - W 1)
-                bias = bias - weight.sum(1)
-                weight = 2.0 * weight
-            if index < len(linears) - 1:  # the output feeds sigmoid(2 z)
-                bias, weight = 2.0 * bias, 2.0 * weight
+            if previous is not None:  # the input is the previous kernel's s, h = scale s + shift
+                bias = bias + previous.shift * weight.sum(1)
+                weight = previous.scale * weight
+            if activation is not None:  # the output feeds kernel(gain z)
+                bias, weight = activation.gain * bias, activation.gain * weight
             # A transposed view, as nn.Linear uses it: for narrow outputs (the heads) MKL is
             # several times faster with it than with a contiguous copy.
-            self.layers.append((bias.contiguous(), weight.contiguous().t()))
+            self.layers.append((bias.contiguous(), weight.contiguous().t(),
+                                None if activation is None else activation.kernel))
+            previous = activation
+
+    @staticmethod
+    def of(mlp: nn.Module | None) -> "FoldedMLP | None":
+        """The folded copy, or None where the network has no derived form (use the module)."""
+        try:
+            return None if mlp is None else FoldedMLP(mlp)
+        except UnsupportedNetwork:
+            return None
 
     @torch.no_grad()
     def __call__(self, x: Tensor) -> Tensor:
-        for bias, weight_t in self.layers[:-1]:
-            x = torch.addmm(bias, x, weight_t).sigmoid_()
-        bias, weight_t = self.layers[-1]
-        return torch.addmm(bias, x, weight_t)
+        for bias, weight_t, kernel in self.layers:
+            x = torch.addmm(bias, x, weight_t)
+            if kernel is not None:
+                kernel(x)
+        return x
 
 
 class ActionSampler:
@@ -306,7 +403,7 @@ class ActionSampler:
     def __init__(self, policy: ActorCritic):
         self.policy = policy
         self.std = None if policy.discrete else policy.log_std.detach().exp()
-        self.actor = FoldedMLP(policy.actor) if policy.torso is None else None
+        self.actor = FoldedMLP.of(policy.actor) if policy.torso is None else None
         self.noise = policy.action_noise
 
     @torch.no_grad()
@@ -325,14 +422,13 @@ class RolloutScorer:
 
     def __init__(self, policy: ActorCritic):
         self.policy = policy
-        self.folded = None if policy.torso is not None else (FoldedMLP(policy.actor), FoldedMLP(policy.critic))
+        folded = policy.torso is None
+        self.actor = (FoldedMLP.of(policy.actor) if folded else None) or policy.actor
+        self.critic = (FoldedMLP.of(policy.critic) if folded else None) or policy.critic
 
     @torch.no_grad()
     def __call__(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
         """(log pi(action|obs), V(obs)) for a batch of (normalised) observations."""
         actor_input, critic_input = self.policy._features(obs)
-        if self.folded is None:
-            head, value = self.policy.actor(actor_input), self.policy.critic(critic_input)
-        else:
-            head, value = self.folded[0](actor_input), self.folded[1](critic_input)
+        head, value = self.actor(actor_input), self.critic(critic_input)
         return self.policy._log_prob(head, action), value.squeeze(-1)
