@@ -171,10 +171,11 @@ class EpisodeStats:
         `update` and `drain` call it; call it too before copying this object's tensors (as a
         checkpoint does), since the log is not one of them.
         """
+        last_row = self._log.last_row()
         finished = self._log.take()
         if finished is None:
             return
-        self._last_finished.copy_(finished[:, -1])  # one copy per flush, so `finished` survives it
+        self._last_finished.copy_(last_row)  # one op per flush, so that `finished` survives it
         # Sums per env first (a few episodes each: exact for whole numbers), then over envs.
         self._episode_sums.add_(finished.sum(dim=1).sum(dim=1, dtype=torch.float64))
         finished = finished.flatten(1)  # (3, steps * N): step by step, env by env
