@@ -124,13 +124,31 @@ def _check_env_kwargs(env_class: type, env_kwargs: dict, env_name: str) -> None:
             )
 
 
-def _vectorization_mode(vector_env: bool | str | None, num_workers: int | None) -> str:
+VECTOR_ENV_MODES = ("sync", "async", "pool", "async_pool")
+
+
+def choose_vectorization(vector_env: bool | str | None, num_workers: int | str | None,
+                         num_envs: int) -> tuple[str, str]:
+    """(mode, why) for a Gymnasium env: the pool whenever worker processes are asked for."""
+    from envs.pool import available_cores, resolve_num_workers
+
     if isinstance(vector_env, str):
         mode = vector_env.strip().lower()
-        if mode not in ("sync", "async"):
-            raise EnvConfigError(f"vector_env must be 'sync', 'async', true, false or null, got {vector_env!r}")
-        return mode
-    return "async" if num_workers is not None and num_workers > 1 else "sync"
+        if mode not in VECTOR_ENV_MODES:
+            raise EnvConfigError(f"vector_env must be one of {', '.join(VECTOR_ENV_MODES)}, true, false or null, "
+                                 f"got {vector_env!r}")
+        return mode, f"vector_env: {mode} asked for"
+    if vector_env is False:
+        return "sync", "vector_env: false"
+    workers = resolve_num_workers(num_workers, num_envs) if (num_workers is not None or vector_env) else 1
+    if workers > 1:
+        source = (f"num_workers: {num_workers}" if num_workers not in (None, "auto")
+                  else f"num_workers: auto = {available_cores()} usable CPU cores")
+        return "pool", (f"{source} -> the shared-memory worker pool, {workers} processes sharing the "
+                        f"{num_envs} envs")
+    if vector_env:
+        return "sync", "vector_env: true, but only 1 worker (1 usable core or 1 env): stepped in this process"
+    return "sync", "no num_workers > 1: stepped in this process"
 
 
 def make_vec_env(
@@ -148,22 +166,27 @@ def make_vec_env(
     name: a built-in (`cartpole`, `flappy_bird`, `snake` or an alias), a Gymnasium id, an entry
         point `package.module:ClassName`, or `gym:<id>` to force Gymnasium's vector env.
     seed: seeds all randomness (same seed, same trajectories); None draws a fresh seed.
-    vector_env: None/False: native batched env for built-ins, Gymnasium's vector env otherwise.
-        True, 'sync' or 'async': run through Gymnasium's vector env (built-ins use their
-        registered single-env ids), in-process ('sync') or one process per worker ('async';
-        True picks async when num_workers > 1).
-    num_workers: worker processes for the async Gymnasium vector env (default: one per env).
+    vector_env: None/False: native batched env for built-ins, the Gymnasium adapter otherwise.
+        True or a mode runs through the adapter (built-ins use their registered single-env
+        ids): 'pool' (our shared-memory worker pool, envs/pool.py), 'async_pool' (the pool in
+        two halves that overlap with the policy), 'sync' (in this process) or 'async'
+        (Gymnasium's AsyncVectorEnv, one process per env). True or None with num_workers > 1
+        picks 'pool'.
+    num_workers: worker processes of the pool; 'auto': one per CPU core this process may use.
+    The env's `vectorization` attribute says which mode was chosen and why (for the log).
     wrappers: entry points `package.module:WrapperClass` of `gymnasium.Wrapper`s applied to
         every single env (built-ins then run through the Gymnasium adapter).
     env_kwargs: the environment's own options (e.g. `gap_size=120` for flappy_bird); an
         unknown key raises EnvConfigError naming it.
     """
-    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1):
-        raise EnvConfigError(f"num_workers must be a positive integer or None, got {num_workers!r}")
+    if num_workers is not None and num_workers != "auto" and (
+            isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1):
+        raise EnvConfigError(f"num_workers must be a positive integer, 'auto' or None, got {num_workers!r}")
     if wrappers is not None and (not isinstance(wrappers, (list, tuple)) or not all(isinstance(w, str) for w in wrappers)):
         raise EnvConfigError(f"wrappers must be a list of entry points 'package.module:Class', got {wrappers!r}")
     if vector_env is not None and not isinstance(vector_env, (bool, str)):
-        raise EnvConfigError(f"vector_env must be 'sync', 'async', true, false or null, got {vector_env!r}")
+        raise EnvConfigError(f"vector_env must be one of {', '.join(VECTOR_ENV_MODES)}, true, false or null, "
+                             f"got {vector_env!r}")
     resolved = resolve_env_name(name)
     use_adapter = (
         resolved.startswith(GYM_PREFIX)
@@ -189,13 +212,16 @@ def make_vec_env(
         gym_id = _GYMNASIUM_IDS[canonical]
     from envs.gym_vec import GymVecEnv
 
-    return GymVecEnv(
+    mode, why = choose_vectorization(vector_env, num_workers, num_envs)
+    env = GymVecEnv(
         gym_id,
         num_envs=num_envs,
         device=device,
         seed=seed,
-        mode=_vectorization_mode(vector_env, num_workers),
+        mode=mode,
         num_workers=num_workers,
         wrappers=list(wrappers or []),
         env_kwargs=env_kwargs,
     )
+    env.vectorization = f"{env.name}: vectorisation {mode} ({why})"
+    return env

@@ -221,10 +221,28 @@ class EntryPoints(Check):
 
 
 @dataclass(frozen=True)
-class VectorEnv(Check):
-    """Gymnasium vectorisation: true / false / sync / async / null."""
+class WorkerCount(Integer):
+    """A number of worker processes, or `auto` (the CPU cores the run may use); blank: not set."""
 
-    choices: tuple = field(default=("sync", "async"), kw_only=True)
+    optional: bool = field(default=True, kw_only=True)
+    kind = "text"  # the studio's box takes `auto` as well as a number
+
+    def __call__(self, key: str, value: Any) -> int | str | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        number = number_from_text(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ConfigError(f"{key} must be a positive integer, auto or null, got {short_repr(value)}")
+        return self.clean(key, number)  # the bounds' own messages ("must be at most ...")
+
+
+@dataclass(frozen=True)
+class VectorEnv(Check):
+    """Gymnasium vectorisation: true / false / sync / async / pool / async_pool / null."""
+
+    choices: tuple = field(default=("sync", "async", "pool", "async_pool"), kw_only=True)
     optional: bool = field(default=True, kw_only=True)
     kind = "choice"
 
@@ -255,4 +273,20 @@ class DeviceIds(Check):
         if not isinstance(value, (list, tuple)) or not value or len(value) > 1024 or not all(
                 isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in value):
             raise ConfigError(f"{key} must be a list of CUDA device numbers such as [0, 1], got {short_repr(value)}")
+        return list(value)
+
+
+@dataclass(frozen=True)
+class Sizes(Check):
+    """A short list of layer sizes, e.g. [128, 128]."""
+
+    optional: bool = field(default=True, kw_only=True)
+    maximum: int = 8192
+    kind = "yaml"
+
+    def clean(self, key: str, value: Any) -> list:
+        if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 16 or not all(
+                isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= self.maximum for size in value):
+            raise ConfigError(f"{key} must be a list of 1 to 16 layer sizes from 1 to {self.maximum}, such as "
+                              f"[128, 128], got {short_repr(value)}")
         return list(value)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
-                            ModelType, Real, Text, VectorEnv, short_repr)
+                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, short_repr)
 from trainer.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
 from trainer.safe_yaml import YamlError, dump_yaml, load_yaml_file, load_yaml_text
 
@@ -87,6 +87,8 @@ class TrainConfig:
                          factory=list)
     model_type: str = key("ppo-small", MODEL_TYPE_HELP,
                           ModelType(choices=tuple(MODEL_TYPES), described=tuple(MODEL_TYPES.items())), BASIC)
+    hidden_sizes: list | None = key(None, "Hidden layer sizes of an MLP policy, e.g. `[128, 128]`, instead of "
+                                    "`model_type`'s (null: as `model_type` says).", Sizes(), ROLLOUT)
     algo: str = key("ppo", "`ppo` (clipped surrogate, several epochs) or `a2c` (one unclipped pass per rollout).",
                     Choice(choices=ALGORITHMS), ROLLOUT)
     seed: int = key(1, "Seeds the envs, the network initialisation and the action sampling: same seed, same run "
@@ -144,11 +146,14 @@ class TrainConfig:
     per_beta: float = key(0.4, "Importance-sampling correction of `use_per` (1: full).", Real(0.0, 1.0),
                           NORMALISATION)
     # --- where and how it runs -------------------------------------------------------------
-    vector_env: bool | str | None = key(None, "Gymnasium envs only: `sync`, `async` or true (async when "
-                                        "`num_workers` > 1). Built-in games are already batched tensor envs and "
-                                        "ignore it.", VectorEnv(), ENVIRONMENT)
-    num_workers: int | None = key(None, "Gymnasium envs only: worker processes of the async vector env.",
-                                  Integer(maximum=1024, optional=True), ENVIRONMENT)
+    vector_env: bool | str | None = key(None, "Gymnasium envs only: `pool` (our shared-memory worker pool: "
+                                        "`num_workers` processes share the envs), `async_pool` (the pool in two "
+                                        "halves, stepping one while the policy acts on the other), `sync` (in this "
+                                        "process), `async` (Gymnasium's AsyncVectorEnv, one process per env); true "
+                                        "or null with `num_workers` > 1: `pool`. Built-in games are already "
+                                        "batched tensor envs and ignore it.", VectorEnv(), ENVIRONMENT)
+    num_workers: int | str | None = key(None, "Gymnasium envs only: worker processes of the pool (`auto`: one "
+                                        "per CPU core the run may use).", WorkerCount(maximum=1024), ENVIRONMENT)
     torch_threads: int = key(0, "CPU threads for torch (0: auto = 1 for MLPs, all cores for `ppo-cnn`).",
                              Integer(minimum=0, maximum=1024), OUTPUTS)
     backend: str = key("auto", "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), "
@@ -176,7 +181,8 @@ class TrainConfig:
 
 
 KEY_ALIASES = {"max_steps": "total_timesteps", "n_envs": "num_envs", "n_steps": "num_steps",
-               "n_epochs": "update_epochs", "lr": "learning_rate", "env": "env_name", "env_id": "env_name"}
+               "n_epochs": "update_epochs", "lr": "learning_rate", "env": "env_name", "env_id": "env_name",
+               "net_arch": "hidden_sizes"}
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,11 @@ def make_training_env(config: TrainConfig, num_envs: int, device: torch.device |
                 f"num_workers={num_workers!r} are ignored (they apply to Gymnasium envs; use "
                 f"env_name: gym:{config.env_name} to force Gymnasium's vector env)")
         vector_env = num_workers = None
-    return make_vec_env(config.env_name, num_envs, device=device, seed=seed, vector_env=vector_env,
-                        num_workers=num_workers, wrappers=config.wrappers or None, **config.env_kwargs)
+    env = make_vec_env(config.env_name, num_envs, device=device, seed=seed, vector_env=vector_env,
+                       num_workers=num_workers, wrappers=config.wrappers or None, **config.env_kwargs)
+    if log is not None and getattr(env, "vectorization", None):
+        log(env.vectorization)  # which vectorisation the Gymnasium adapter chose, and why
+    return env
 
 
 def config_env_factory(config: TrainConfig, log: Callable[[str], None] | None = None,
