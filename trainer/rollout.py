@@ -71,6 +71,8 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
     sample = policy.sampler()
     num_steps, num_envs = buffer.rewards.shape
     noise = sample.noise(num_steps, num_envs, generator, buffer.rewards.device)
+    if getattr(env, "step_groups", None):
+        return _collect_overlapped(env, policy, sample, noise, buffer, next_obs, reward_scaler)
     steps = zip(noise.unbind(0), buffer.obs.unbind(0), buffer.actions.unbind(0), buffer.rewards.unbind(0),
                 buffer.terminated.unbind(0), buffer.truncated.unbind(0), buffer.final_obs.unbind(0))
     for step_noise, obs_out, action_out, reward_out, terminated_out, truncated_out, final_obs_out in steps:
@@ -89,6 +91,43 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
             normalizer.accumulate(next_obs)
             final_obs = normalizer.normalize(final_obs)
         final_obs_out.copy_(final_obs)
+    return next_obs
+
+
+def _collect_overlapped(env, policy: ActorCritic, sample, noise: Tensor, buffer: RolloutBuffer, next_obs: Tensor,
+                        reward_scaler: RewardScaler | None) -> Tensor:
+    """`collect_rollout` for an env that steps its envs in groups (`env.step_groups`, slices of
+    the batch, with `send(group, actions)` / `recv(group)`), such as the async worker pool: the
+    policy acts on one group while the others step. Same noise, same order of statistics, so
+    the same trajectories as stepping every env at once."""
+    normalizer = policy.obs_normalizer
+    groups = env.step_groups
+    num_steps = buffer.rewards.shape[0]
+    next_obs = next_obs.clone()  # filled group by group as the steps come back
+    for t in range(num_steps + 1):
+        for group, envs in enumerate(groups):
+            if t > 0:  # the group's step t-1 is back: its results into row t-1
+                obs, reward, terminated, truncated, info = env.recv(group)
+                next_obs[envs] = obs
+                buffer.rewards[t - 1, envs] = reward
+                buffer.terminated[t - 1, envs] = terminated
+                buffer.truncated[t - 1, envs] = truncated
+                buffer.final_obs[t - 1, envs] = info["final_obs"]
+            if t == num_steps:
+                continue
+            obs = next_obs[envs] if normalizer is None else normalizer.normalize(next_obs[envs])
+            buffer.obs[t, envs] = obs
+            action = sample(obs, noise[t, envs])
+            buffer.actions[t, envs] = action
+            env.send(group, policy.env_action(action))
+        if t > 0:  # row t-1 is whole: what `collect_rollout` does per step on all envs
+            row = t - 1
+            done = buffer.terminated[row] | buffer.truncated[row]
+            if reward_scaler is not None:
+                buffer.rewards[row] = reward_scaler.scale(buffer.rewards[row], done)
+            if normalizer is not None:
+                normalizer.accumulate(next_obs)
+                buffer.final_obs[row] = normalizer.normalize(buffer.final_obs[row])
     return next_obs
 
 
