@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from trainer.checkpoint import load_model
 from trainer.config import load_config
@@ -25,10 +26,23 @@ def test_continuous_actions_through_the_gymnasium_adapter(tmp_path):
                                        "norm_reward=true", "model_type=ppo-medium"])
     result = train(config, tmp_path / "run")
     model = load_model(result.final_model)
-    action, _ = model.predict(np.zeros(3, dtype=np.float32))
-    assert action.shape == (1,) and -2.0 <= float(action[0]) <= 2.0
-    batch, _ = model.predict(np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32), deterministic=False)
-    assert batch.shape == (6, 1) and np.all(np.abs(batch) <= 2.0)
+    policy = model.policy
+    obs = np.array([0.5, -0.3, 0.8], dtype=np.float32)
+    with torch.no_grad():
+        mean = policy.actor(policy.normalize_obs(torch.from_numpy(obs).unsqueeze(0)))[0]
+        std = policy.log_std.exp()
+    # Deterministic: the Gaussian head's mean, clipped to Pendulum's torque bounds [-2, 2].
+    action, _ = model.predict(obs)
+    assert action.shape == (1,)
+    np.testing.assert_allclose(action, mean.clamp(-2.0, 2.0).numpy(), rtol=1e-5, atol=1e-6)
+    # Stochastic: samples of N(mean, std) clipped to the bounds, like a reference sampler's.
+    torch.manual_seed(0)
+    samples, _ = model.predict(np.tile(obs, (40_000, 1)), deterministic=False)
+    assert samples.shape == (40_000, 1)
+    reference = (mean + std * torch.randn(400_000, 1, generator=torch.Generator().manual_seed(1))).clamp(-2.0, 2.0)
+    assert samples.mean() == pytest.approx(reference.mean().item(), abs=0.02)
+    assert samples.std() == pytest.approx(reference.std().item(), abs=0.02)
+    assert (np.abs(samples) == 2.0).mean() == pytest.approx((reference.abs() == 2.0).float().mean().item(), abs=0.01)
     # Observation statistics travel with the model.
     assert model.policy.obs_normalizer is not None and float(model.policy.obs_normalizer.count) > 100
 
@@ -43,8 +57,11 @@ def test_a_convolutional_policy_trains_on_grid_observations(tmp_path):
     # The second minibatch sees the policy the first one moved: pi / pi_old is no longer 1.
     assert metrics["approx_kl"] > 0
     model = load_model(result.final_model)
-    action, _ = model.predict(np.zeros(tuple(model.policy.spec["obs_shape"]), dtype=np.float32))
-    assert 0 <= int(action) < model.policy.spec["action"]["n"]
+    obs = np.random.default_rng(0).random((32, *model.policy.spec["obs_shape"]), dtype=np.float32)
+    actions, _ = model.predict(obs)
+    with torch.no_grad():  # deterministic actions: the most likely action of the trained head
+        logits = model.policy.actor(model.policy.torso(torch.from_numpy(obs)))
+    np.testing.assert_array_equal(actions, logits.argmax(-1).numpy())
 
 
 def test_lr_scaling_sqrt_scales_from_the_reference_batch(tmp_path):
@@ -79,7 +96,7 @@ def test_evaluate_from_python(tmp_path):
     assert evaluation.episodes == 7 and len(evaluation.scores) == 7
     # CartPole's score is the episode length, and its return is one per step.
     assert evaluation.scores == [float(length) for length in evaluation.lengths] == evaluation.returns
-    assert evaluation.return_std >= 0
+    assert evaluation.return_std == pytest.approx(float(np.std(evaluation.returns)))
 
 
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")

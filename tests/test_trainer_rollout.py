@@ -33,4 +33,5 @@ def test_a_scored_rollout_holds_consistent_steps_pi_old_v_old_and_time_limit_boo
     cut = buffer.truncated & ~buffer.terminated
     expected = 1.0 + torch.where(cut, gamma * final_values, 0.0)
     torch.testing.assert_close(buffer.rewards, expected, rtol=1e-4, atol=1e-5)
-    assert next_obs.shape == (num_envs, 4)
+    # The rollout hands on the observations after its last step (where that step ended no episode).
+    assert torch.equal(next_obs[not_done[-1]], buffer.final_obs[-1][not_done[-1]])
