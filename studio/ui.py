@@ -12,42 +12,20 @@ Stable API endpoints for `gradio_client` (documented in docs/readme/studio.md):
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import gradio as gr
-from gradio.components.plot import PlotData
 
 from studio import views
-from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
-from studio.form import (
-    BASIC_FIELDS,
-    FORM_FIELDS,
-    ConfigError,
-    FormError,
-    FormField,
-    check_web_safety,
-    config_from_yaml_text,
-    advanced_groups,
-    form_values,
-    tuned_config,
-    validated_config,
-    yaml_from_config,
-)
-from trainer.config import config_from_dict, merge_settings
-from studio.runs import RunError, RunManager, RunSnapshot, safe_run_file
-from trainer.run_dir import checkpoint_folder, config_path, list_checkpoints
+from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, merged_settings, plot_data
+from studio.charts import diagnostics_figure, reward_figure, system_figure
+from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, form_values, tuned_config
+from studio.runs import RunManager
 from studio.system import SystemMonitor, available_devices
 
-DEFAULT_ENV = "cartpole"
-FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
-DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
-USER_ERRORS = (FormError, ConfigError, RunError)
+__all__ = ["DOWNLOAD_KINDS", "Studio", "build_app", "launch", "launch_options", "merged_settings"]
+
 SESSION_CAPACITY = 200        # browser sessions whose state Gradio keeps (Gradio's default: 10,000)
 SESSION_SECONDS = 6 * 3600    # a tab's state is dropped this long after its last update
 
@@ -107,7 +85,7 @@ class RunView:
 
 def _build_run_view(prefix: str, with_log: bool) -> RunView:
     status = gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
-    reward_plot = gr.Plot(_plot(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
+    reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
         gif = gr.Image(
             label=views.gif_caption(None), type="filepath", interactive=False, height=330,
@@ -116,7 +94,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
         log = None
         if with_log:
             log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
-    diagnostics_plot = gr.Plot(_plot(diagnostics_figure([])), show_label=False, elem_id=f"{prefix}diagnostics-plot")
+    diagnostics_plot = gr.Plot(plot_data(diagnostics_figure([])), show_label=False, elem_id=f"{prefix}diagnostics-plot")
     with gr.Row():
         downloads = [
             gr.DownloadButton("Final model (.pth)", interactive=False, variant="primary", elem_id=f"{prefix}download-model"),
@@ -152,379 +130,6 @@ def _form_component(form_field: FormField, value: Any, devices: Sequence[str], e
         return gr.Number(value=value, label=label, info=info, elem_id=elem_id, **small)
     return gr.Textbox(value=value, label=label, info=info, elem_id=elem_id, placeholder="YAML, e.g. {key: value}",
                       **small)
-
-
-# ----------------------------------------------------------------------------- the studio
-
-
-class Studio:
-    """The page's event functions. Shared state: the RunManager (and a usage sampler)."""
-
-    def __init__(self, manager: RunManager, allow_custom_envs: bool = False,
-                 monitor: SystemMonitor | None = None, poll_seconds: float = 1.0, chart_seconds: float = 2.0):
-        self.manager = manager
-        self.allow_custom_envs = allow_custom_envs
-        self.monitor = monitor or SystemMonitor()
-        self.poll_seconds = poll_seconds
-        self.chart_seconds = chart_seconds
-        # Evaluation GIFs are the studio's own output, not a run's: they go to a temp folder.
-        self.evaluation_dir = Path(tempfile.mkdtemp(prefix="rl-studio-evaluations-"))
-
-    # ---- helpers
-
-    def _snapshot(self, run_id: str | None) -> RunSnapshot | None:
-        if not run_id:
-            return None
-        try:
-            return self.manager.get(run_id)
-        except RunError:
-            return None
-
-    def _file(self, path: str | os.PathLike | None) -> str | None:
-        return safe_run_file(self.manager.runs_dir, path)
-
-    def _run_files(self, run: RunSnapshot, write_csv: bool) -> dict[str, str | None]:
-        csv_path = None
-        if write_csv and run.metrics:
-            csv_path = views.write_metrics_csv(run)
-        elif (Path(run.run_dir) / "metrics.csv").exists():
-            csv_path = str(Path(run.run_dir) / "metrics.csv")
-        return {
-            "model": self._file(run.final_model),
-            "checkpoint": self._file(run.latest_checkpoint),
-            "config": self._file(config_path(run.run_dir)),
-            "metrics": self._file(csv_path),
-        }
-
-    # ---- showing a run
-
-    def render_run(self, run: RunSnapshot | None, overlays: Sequence[RunSnapshot], viewed: dict,
-                   with_log: bool) -> tuple[list, dict]:
-        """Updates for a RunView's outputs; unchanged parts are gr.skip()."""
-        viewed = dict(viewed or {})
-
-        def changed(part: str, key: object) -> bool:
-            return changed_value(viewed, part, key)
-
-        if run is None:
-            updates = [views.status_html(None)]
-            empty = changed("charts", None)
-            updates += [_plot(reward_figure([])) if empty else gr.skip()]
-            updates += [gr.Image(value=None, label=views.gif_caption(None)) if changed("gif", None) else gr.skip()]
-            updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
-            updates += [_plot(diagnostics_figure([])) if empty else gr.skip()]
-            updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
-                        for kind in DOWNLOAD_KINDS]
-            return updates, viewed
-
-        sources = [run] + [other for other in overlays if other.run_id != run.run_id]
-        chart_key = tuple((source.run_id, len(source.metrics), source.status) for source in sources)
-        curves = [CurveSource(source.run_id, source.metrics) for source in sources]
-        # Redrawing plotly charts costs the browser more than anything else on the page: at most
-        # every `chart_seconds` while the run trains, and once more when it ends.
-        due = not run.is_active or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
-        charts_changed = due and changed("charts", chart_key)
-        if charts_changed:
-            viewed["charts_at"] = time.time()
-        updates: list = [views.status_html(run)]
-        updates.append(_plot(reward_figure(curves)) if charts_changed else gr.skip())
-
-        gif = run.latest_gif
-        gif_path = self._file(gif.path) if gif else None
-        if changed("gif", (run.run_id, gif_path)):
-            updates.append(gr.Image(value=gif_path, label=views.gif_caption(gif if gif_path else None)))
-        else:
-            updates.append(gr.skip())
-        if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
-            log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
-            log_changed = log_due and changed("log", views.log_identity(run))
-            if log_changed:
-                viewed["log_at"] = time.time()
-            updates.append(views.log_html(views.log_text(run)) if log_changed else gr.skip())
-        updates.append(_plot(diagnostics_figure(curves)) if charts_changed else gr.skip())
-
-        # Each changed file handed to a download button is copied into Gradio's cache: while the
-        # run trains, refresh them at most every FILES_SECONDS; at the end, at once.
-        files_due = not run.is_active or time.time() - viewed.get("files_at", 0.0) >= FILES_SECONDS
-        if not files_due:
-            return updates + [gr.skip()] * len(DOWNLOAD_KINDS), viewed
-        viewed["files_at"] = time.time()
-        files = self._run_files(run, write_csv=changed("csv", (run.run_id, len(run.metrics), run.is_active)))
-        for kind in DOWNLOAD_KINDS:
-            path = files[kind]
-            key = (path, _file_identity(path))
-            if changed(f"file-{kind}", key):
-                updates.append(gr.DownloadButton(value=path, interactive=path is not None))
-            else:
-                updates.append(gr.skip())
-        return updates, viewed
-
-    def on_tick(self, run_id: str, viewed: dict):
-        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load."""
-        run = self._snapshot(run_id)
-        updates, viewed = self.render_run(run, [], viewed, with_log=True)
-        active = run is not None and run.is_active
-        can_stop = active and run.status != "stopping"
-        stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
-        samples = self.monitor.sample()  # a new reading at most every few seconds, shared by all tabs
-        new_sample = bool(samples) and changed_value(viewed, "usage_at", samples[-1].time)
-        usage = _plot(system_figure(samples)) if new_sample else gr.skip()
-        timer = gr.skip() if active else gr.Timer(active=False)
-        return (*updates, usage, stop_button, timer, viewed)
-
-    # ---- the form
-
-    def on_env_change(self, env_name: str):
-        """Fill the form from the env's tuned config (configs/<env>.yaml) when the env changes."""
-        try:
-            config = tuned_config(env_name)
-        except USER_ERRORS:
-            return [gr.skip()] * len(FORM_FIELDS) + [gr.skip()]
-        values = form_values(config)
-        keep = {"env_name", "device"}
-        updates = [gr.skip() if form_field.key in keep else value for form_field, value in zip(FORM_FIELDS, values)]
-        return updates + [f"Filled the form with the tuned settings for **{env_name}**."]
-
-    def on_start(self, *values):
-        """Validate the form and start a run. Returns message, run id, timer, viewed."""
-        try:
-            config = validated_config(values, self.allow_custom_envs)
-            state = self.manager.start(config.to_dict())
-        except USER_ERRORS as error:
-            gr.Warning(str(error).splitlines()[0])
-            return _message(error), gr.skip(), gr.skip(), gr.skip()
-        return (f"Started **{state.run_id}**.", state.run_id, gr.Timer(active=True), {})
-
-    def on_stop(self, run_id: str):
-        try:
-            self.manager.stop(run_id)
-        except RunError as error:
-            return _message(error)
-        return f"Stopping **{run_id}**: the trainer saves a checkpoint and the model, then ends."
-
-    def on_load_yaml(self, text: str):
-        """Pasted YAML -> the form (every field), with a note about keys the studio ignores."""
-        try:
-            config, notes = config_from_yaml_text(text)
-        except USER_ERRORS as error:
-            gr.Warning(str(error).splitlines()[0])
-            return [gr.skip()] * len(FORM_FIELDS) + [_message(error)]
-        message = "Loaded the YAML into the form." + "".join(f"\n\n{note}" for note in notes)
-        return form_values(config) + [message]
-
-    def on_upload_yaml(self, path: str | None):
-        if not path:
-            return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), gr.skip()
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), "**That file is not a text (YAML) file.**"
-        return (text, *self.on_load_yaml(text))
-
-    def on_export_yaml(self, *values):
-        try:
-            config = validated_config(values, allow_custom_envs=True)
-        except USER_ERRORS as error:
-            return gr.skip(), gr.skip(), _message(error)
-        text = yaml_from_config(config)
-        export_dir = Path(tempfile.mkdtemp(prefix="rl-studio-export-"))
-        path = export_dir / f"{Path(str(config.env_name).replace(':', '_')).name}.yaml"
-        path.write_text(text, encoding="utf-8")
-        return text, gr.File(value=str(path), visible=True), "Exported the form as YAML (below, and as a file)."
-
-    # ---- the Runs tab
-
-    def run_choices(self) -> list[str]:
-        return [run.run_id for run in self.manager.list_runs()]
-
-    def on_refresh_runs(self, selected: str | None, compared: list[str] | None):
-        runs = self.manager.list_runs()
-        ids = [run.run_id for run in runs]
-        selected = selected if selected in ids else (ids[0] if ids else None)
-        compared = [run_id for run_id in (compared or []) if run_id in ids]
-        return (
-            views.runs_table_rows(runs),
-            gr.Dropdown(choices=ids, value=selected),
-            gr.CheckboxGroup(choices=ids, value=compared),
-            gr.Dropdown(choices=[run.run_id for run in runs if run.final_model or run.latest_checkpoint]),
-        )
-
-    def on_table_select(self, event: gr.SelectData):
-        row = event.row_value or []
-        return row[0] if row else gr.skip()
-
-    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict):
-        run = self._snapshot(run_id)
-        overlays = [snapshot for snapshot in map(self._snapshot, compared or []) if snapshot is not None]
-        if run is None and overlays:
-            run, overlays = overlays[0], overlays[1:]
-        updates, viewed = self.render_run(run, overlays, viewed, with_log=False)
-        return (*updates, viewed)
-
-    def on_resume(self, run_id: str):
-        try:
-            state = self.manager.resume(run_id)
-        except USER_ERRORS as error:
-            return _message(error), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return (f"Resumed **{state.run_id}** from its last checkpoint.", state.run_id,
-                gr.Timer(active=True), {}, gr.Tabs(selected="train"))
-
-    def on_open(self, run_id: str):
-        if not self._snapshot(run_id):
-            return "**Pick a run first.**", gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return "", run_id, gr.Timer(active=True), {}, gr.Tabs(selected="train")
-
-    def on_stop_selected(self, run_id: str):
-        return self.on_stop(run_id)
-
-    def on_delete_request(self, run_id: str):
-        run = self._snapshot(run_id)
-        if run is None:
-            return "**Pick a run first.**", gr.Button(visible=False)
-        return (f"Delete **{run_id}** and all its files? Click *Confirm delete*.",
-                gr.Button(f"Confirm delete {run_id}", visible=True))
-
-    def on_delete_confirm(self, run_id: str):
-        try:
-            self.manager.delete(run_id)
-        except USER_ERRORS as error:
-            return _message(error), gr.Button(visible=False)
-        return f"Deleted **{run_id}**.", gr.Button(visible=False)
-
-    # ---- the Evaluate tab
-
-    def model_files(self, run_id: str | None):
-        run = self._snapshot(run_id)
-        if run is None:
-            return gr.Dropdown(choices=[], value=None)
-        run_dir = Path(run.run_dir)
-        checkpoints = list_checkpoints(checkpoint_folder(run_dir, run.config))  # honours checkpoint.path
-        candidates = sorted(run_dir.glob("*.pth")) + [path for _, path in reversed(checkpoints)]
-        names = [str(path.relative_to(run_dir)) for path in candidates
-                 if path.is_relative_to(run_dir) and self._file(path)]
-        return gr.Dropdown(choices=names, value=names[0] if names else None)
-
-    def on_evaluate(self, source: str, run_id: str | None, file_name: str | None, upload: str | None,
-                    episodes: float | None, deterministic: bool):
-        from studio.evaluate import EvaluationError, evaluate_checkpoint
-
-        try:
-            if source == "upload":
-                if not upload:
-                    raise EvaluationError("Upload a .pth file first (or pick a run's model).")
-                path = upload
-            else:
-                path = self._run_model_path(run_id, file_name)
-            result = evaluate_checkpoint(path, episodes=episodes, deterministic=bool(deterministic),
-                                         allow_custom_envs=self.allow_custom_envs, gif_dir=self.evaluation_dir)
-        except (EvaluationError, *USER_ERRORS) as error:
-            gr.Warning(str(error).splitlines()[0])
-            return _message(error), gr.skip()
-        return result.markdown(), result.gif_path
-
-    def _run_model_path(self, run_id: str | None, file_name: str | None) -> str:
-        from studio.evaluate import EvaluationError
-
-        if not run_id or not file_name:
-            raise EvaluationError("Pick a run and one of its model files first.")
-        run_dir = self.manager.run_dir(run_id)
-        path = self._file(run_dir / file_name)
-        if path is None or not path.endswith(".pth"):
-            raise EvaluationError(f"{file_name!r} is not a model file of run {run_id}.")
-        return path
-
-    # ---- page load
-
-    def on_load(self):
-        """A new tab shows the newest running run (else the newest run), e.g. after a reopen."""
-        runs = self.manager.list_runs()
-        active = [run for run in runs if run.is_active]
-        shown = active[0] if active else (runs[0] if runs else None)
-        if shown is None:
-            return gr.skip(), gr.skip()
-        return shown.run_id, gr.Timer(active=True)
-
-    # ---- API (gradio_client)
-
-    def api_start(self, env_name: str = DEFAULT_ENV, settings: dict | None = None) -> dict:
-        """Start a run: the env's tuned config (configs/<env>.yaml) with `settings` on top
-        (any config keys, e.g. {"total_timesteps": 50000, "num_envs": 16}). Returns the run summary."""
-        try:
-            raw = merged_settings(tuned_config(env_name), settings or {})
-            check_web_safety(raw, self.allow_custom_envs)
-            state = self.manager.start(config_from_dict(raw).to_dict())
-        except USER_ERRORS as error:
-            raise gr.Error(str(error)) from None
-        return views.run_summary(state.snapshot())
-
-    def api_poll(self, run_id: str) -> dict:
-        """The run's status, step, speed, returns, last metrics, log tail and error (if any)."""
-        try:
-            return views.run_summary(self.manager.get(run_id))
-        except RunError as error:
-            raise gr.Error(str(error)) from None
-
-    def api_stop(self, run_id: str) -> dict:
-        """Ask the run to stop; it saves the model and ends. Poll until status is 'stopped'."""
-        try:
-            return views.run_summary(self.manager.stop(run_id).snapshot())
-        except RunError as error:
-            raise gr.Error(str(error)) from None
-
-    def api_runs(self) -> list:
-        """Every run in the runs folder (newest first): id, env, model, status, steps, returns."""
-        runs = self.manager.list_runs()
-        rows = views.runs_table_rows(runs)
-        return [dict(zip(views.RUNS_TABLE_HEADERS, row), wall_seconds=round(run.wall_seconds, 2))
-                for run, row in zip(runs, rows)]
-
-    def api_download(self, run_id: str, kind: str) -> str:
-        """One of the run's files: kind = model | checkpoint | config | metrics."""
-        run = self._snapshot(run_id)
-        if run is None:
-            raise gr.Error(f"There is no run {run_id!r}.")
-        if kind not in DOWNLOAD_KINDS:
-            raise gr.Error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {kind!r}.")
-        path = self._run_files(run, write_csv=kind == "metrics")[kind]
-        if path is None:
-            raise gr.Error(f"Run {run_id} has no {kind} file yet.")
-        return path
-
-
-def merged_settings(base: dict, settings: dict) -> dict:
-    """`base` (a complete config) with the API's `settings` on top, by the config's one rule."""
-    if not isinstance(settings, dict):
-        raise FormError(f"settings must be a mapping of config keys to values, got {settings!r}"[:200])
-    return merge_settings(base, settings)
-
-
-def _plot(figure: dict) -> PlotData:
-    """A plotly-JSON figure dict, ready for gr.Plot without building a plotly Figure."""
-    return PlotData(type="plotly", plot=json.dumps(figure))
-
-
-def changed_value(viewed: dict, part: str, key: object) -> bool:
-    """True (and remembered in `viewed`) when `key` differs from what this session last showed."""
-    if viewed.get(part) == key:
-        return False
-    viewed[part] = key
-    return True
-
-
-def _file_identity(path: str | None) -> tuple | None:
-    if path is None:
-        return None
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return (stat.st_mtime_ns, stat.st_size)
-
-
-def _message(error: Exception) -> str:
-    text = str(error).strip()
-    first, _, rest = text.partition("\n")
-    return f"**{first}**" + (f"\n{rest}" if rest else "")
 
 
 # ----------------------------------------------------------------------------- the page
@@ -588,7 +193,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         # input of every tick, so each tab can follow a different run.
                         run_box = gr.Textbox(visible=False, elem_id="run-id")
                         live = _build_run_view("", with_log=True)
-                        system_plot = gr.Plot(_plot(system_figure([])), show_label=False, elem_id="system-plot")
+                        system_plot = gr.Plot(plot_data(system_figure([])), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
             with gr.Tab("Runs", id="runs") as runs_tab:
                 with gr.Row():
