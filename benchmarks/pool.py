@@ -1,0 +1,256 @@
+"""Python envs at full speed: our shared-memory worker pool (envs/pool.py) against Gymnasium's
+and Stable-Baselines3's vector envs, raw and under PPO.
+
+    python -m benchmarks.pool                       # the README table (a few minutes on 2 cores)
+    python -m benchmarks.pool --envs 16 64 --seconds 1 --skip-ppo   # a quick look
+
+Two envs: Gymnasium's CartPole-v1 (a few microseconds of physics, so the vectoriser's own cost
+shows) and `SlowEnv`, a pure-Python game that burns `STEP_CPU_SECONDS` of CPU per step (a
+pygame game's order of magnitude, where worker processes matter). For SlowEnv the physical
+limit is (cores this process may use) / (CPU seconds per step); the table gives each result
+as a share of it. Raw steps/s use random actions; PPO end-to-end steps/s are `learn()` wall
+time with the same settings for our PPO and SB3's (64x64 MLPs, CPU).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import gymnasium
+import numpy as np
+import torch
+
+STEP_CPU_SECONDS = 300e-6
+RESULTS = Path(__file__).resolve().parent / "results" / "pool.json"
+RAW_KINDS = ("pool", "async_pool", "gym_sync", "gym_async", "sb3_subproc", "envpool")
+PPO_KINDS = ("pool", "async_pool", "gym_sync", "gym_async", "sb3_dummy", "sb3_subproc")
+LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "gym_sync": "Gymnasium SyncVectorEnv",
+          "gym_async": "Gymnasium AsyncVectorEnv", "sb3_subproc": "SB3 SubprocVecEnv",
+          "sb3_dummy": "SB3 DummyVecEnv", "envpool": "EnvPool (C++)"}
+PPO_SETTINGS = {"num_steps": 64, "mini_batch_size": 512, "update_epochs": 2}
+
+
+class SlowEnv(gymnasium.Env):
+    """A CartPole-shaped game whose every step burns STEP_CPU_SECONDS of CPU in pure Python
+    (measured on the thread's CPU clock, so the cost holds however loaded the machine is)."""
+
+    def __init__(self, step_cpu_seconds: float = STEP_CPU_SECONDS):
+        self.cost = step_cpu_seconds
+        self.observation_space = gymnasium.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+        self._state = np.zeros(4, dtype=np.float32)
+        self._steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._state = self.np_random.uniform(-0.05, 0.05, size=4).astype(np.float32)
+        self._steps = 0
+        return self._state.copy(), {}
+
+    def step(self, action):
+        end = time.thread_time() + self.cost
+        x = 0.0
+        while time.thread_time() < end:  # the game's Python work
+            for i in range(50):
+                x += i * 0.5
+        self._steps += 1
+        self._state[0] += 0.01 if action else -0.01
+        terminated = abs(float(self._state[0])) > 0.5
+        return self._state.copy(), 1.0, terminated, self._steps >= 200, {}
+
+
+def env_fn(env: str) -> Callable[[], gymnasium.Env]:
+    return functools.partial(gymnasium.make, "CartPole-v1") if env == "cartpole" else SlowEnv
+
+
+def cores() -> int:
+    from envs.pool import available_cores
+
+    return available_cores()
+
+
+# ----------------------------------------------------------------------------- raw steps/s
+
+
+def _ours(env: str, num_envs: int, mode: str):
+    from envs.gym_vec import GymVecEnv
+
+    return GymVecEnv(env_fn(env), num_envs, seed=0, mode=mode, num_workers="auto")
+
+
+def _raw_stepper(kind: str, env: str, num_envs: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(one batched step of every env, close) for a vectoriser."""
+    actions = np.random.default_rng(0).integers(0, 2, size=num_envs)
+    if kind == "pool":
+        vec = _ours(env, num_envs, "pool")
+        tensor_actions = torch.as_tensor(actions)
+        return (lambda: vec.step(tensor_actions)), vec.close
+    if kind == "async_pool":  # each half steps while the other is handed back (no policy here)
+        vec = _ours(env, num_envs, "async_pool")
+        halves = [torch.as_tensor(actions[group]) for group in vec.step_groups]
+        vec.send(0, halves[0])
+        vec.send(1, halves[1])
+
+        def step_halves() -> None:
+            for group in (0, 1):
+                vec.recv(group)
+                vec.send(group, halves[group])
+        return step_halves, vec.close
+    if kind in ("gym_sync", "gym_async"):
+        vector = (gymnasium.vector.SyncVectorEnv if kind == "gym_sync" else gymnasium.vector.AsyncVectorEnv)(
+            [env_fn(env)] * num_envs, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+        vector.reset(seed=0)
+        return (lambda: vector.step(actions)), vector.close
+    if kind in ("sb3_subproc", "sb3_dummy"):
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+        vector = (SubprocVecEnv if kind == "sb3_subproc" else DummyVecEnv)([env_fn(env)] * num_envs)
+        vector.reset()
+        return (lambda: vector.step(actions)), vector.close
+    if kind == "envpool":
+        if env != "cartpole":
+            raise NotImplementedError("EnvPool runs its own C++ games only")
+        import envpool  # noqa: PLC0415  (optional: the reference where it installs)
+
+        vector = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=num_envs, num_threads=cores())
+        vector.reset()
+        return (lambda: vector.step(actions)), vector.close
+    raise ValueError(f"unknown vectoriser {kind!r}")
+
+
+def raw_steps_per_second(kind: str, env: str, num_envs: int, seconds: float) -> float:
+    step, close = _raw_stepper(kind, env, num_envs)
+    try:
+        for _ in range(3):  # warm up: first episodes, page faults
+            step()
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            step()
+            steps += 1
+        return steps * num_envs / (time.perf_counter() - start)
+    finally:
+        close()
+
+
+# ----------------------------------------------------------------------------- PPO end to end
+
+
+def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> float:
+    total = num_envs * PPO_SETTINGS["num_steps"] * rollouts
+    batch = num_envs * PPO_SETTINGS["num_steps"]
+    minibatch = min(PPO_SETTINGS["mini_batch_size"], batch)
+    if kind.startswith("sb3"):
+        from stable_baselines3 import PPO as SB3PPO
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+        vector = (SubprocVecEnv if kind == "sb3_subproc" else DummyVecEnv)([env_fn(env)] * num_envs)
+        model = SB3PPO("MlpPolicy", vector, n_steps=PPO_SETTINGS["num_steps"], batch_size=minibatch,
+                       n_epochs=PPO_SETTINGS["update_epochs"], policy_kwargs={"net_arch": [64, 64]},
+                       device="cpu", seed=0, verbose=0)
+        start = time.perf_counter()
+        model.learn(total_timesteps=total)
+        seconds = time.perf_counter() - start
+        vector.close()
+        return model.num_timesteps / seconds
+    from envs.gym_vec import GymVecEnv
+    from trainer import PPO
+
+    mode = {"pool": "pool", "async_pool": "async_pool", "gym_sync": "sync", "gym_async": "async"}[kind]
+    vec = GymVecEnv(env_fn(env), num_envs, seed=0, mode=mode, num_workers="auto" if "pool" in mode else None)
+    model = PPO(vec, num_steps=PPO_SETTINGS["num_steps"], mini_batch_size=minibatch,
+                update_epochs=PPO_SETTINGS["update_epochs"], seed=0, gif_interval=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=total)
+    seconds = time.perf_counter() - start
+    steps = model.last_result.step
+    vec.close()
+    return steps / seconds
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def step_cost(env: str) -> float:
+    """CPU seconds one step of one copy costs (the physical limit's denominator): CPU time, not
+    wall time, so other processes on the machine do not lower the limit."""
+    single = env_fn(env)()
+    single.reset(seed=0)
+    count, start = 0, time.process_time()
+    while time.process_time() - start < 0.5:
+        _, _, terminated, truncated, _ = single.step(count % 2)
+        if terminated or truncated:
+            single.reset()
+        count += 1
+    return (time.process_time() - start) / count
+
+
+def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_ppo: bool) -> dict[str, Any]:
+    results: dict[str, Any] = {"cores": cores(), "load_before": os.getloadavg()[0], "rows": [],
+                               "ppo_settings": PPO_SETTINGS, "step_cpu_seconds": STEP_CPU_SECONDS}
+    for env in envs:
+        limit = cores() / step_cost(env)
+        for num_envs in counts:
+            for measure, kinds in (("raw", RAW_KINDS), ("ppo", () if skip_ppo else PPO_KINDS)):
+                for kind in kinds:
+                    try:
+                        rate = (raw_steps_per_second(kind, env, num_envs, seconds) if measure == "raw"
+                                else ppo_steps_per_second(kind, env, num_envs, rollouts))
+                    except (ImportError, NotImplementedError) as error:
+                        print(f"  {measure} {env} {num_envs} {kind}: skipped ({error})", flush=True)
+                        continue
+                    row = {"measure": measure, "env": env, "num_envs": num_envs, "kind": kind,
+                           "steps_per_second": rate, "limit": limit}
+                    results["rows"].append(row)
+                    print(f"  {measure} {env} {num_envs:>4} {LABELS[kind]:<26} {rate:>10.0f} steps/s", flush=True)
+    results["load_after"] = os.getloadavg()[0]
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """One table per measure: steps/s, x Gymnasium AsyncVectorEnv, and for SlowEnv % of the limit."""
+    lines = []
+    rows = results["rows"]
+    for measure, title in (("raw", "raw steps/s (random actions)"), ("ppo", "PPO end-to-end steps/s")):
+        chosen = [row for row in rows if row["measure"] == measure]
+        if not chosen:
+            continue
+        lines += [f"**{title}**", "", "| env | num_envs | vectoriser | steps/s | x AsyncVectorEnv | % of limit |",
+                  "|---|---|---|---|---|---|"]
+        for row in chosen:
+            peer = next((r["steps_per_second"] for r in chosen if r["env"] == row["env"]
+                         and r["num_envs"] == row["num_envs"] and r["kind"] == "gym_async"), None)
+            ratio = f"{row['steps_per_second'] / peer:.2f}" if peer else "-"
+            share = f"{100 * row['steps_per_second'] / row['limit']:.0f}%" if row["env"] == "slow" else "-"
+            lines.append(f"| {row['env']} | {row['num_envs']} | {LABELS[row['kind']]} | "
+                         f"{row['steps_per_second']:,.0f} | {ratio} | {share} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", nargs="+", type=int, default=[16, 64, 256], help="num_envs values")
+    parser.add_argument("--games", nargs="+", default=["cartpole", "slow"], choices=["cartpole", "slow"])
+    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per raw measurement")
+    parser.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per end-to-end measurement")
+    parser.add_argument("--skip-ppo", action="store_true", help="raw steps/s only")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the learner's share; the cores are the workers'
+    results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo)
+    from benchmarks.contender import write_json_atomic
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(args.out, results)
+    print(f"\n{results['cores']} usable cores, load {results['load_before']:.1f} -> {results['load_after']:.1f}\n")
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
