@@ -126,16 +126,25 @@ def test_bad_keywords_name_the_key():
         PPO("cartpole", learning_rat=1e-3)
     with pytest.raises(ConfigError, match="num_envs"):
         PPO("cartpole", num_envs=-4)
-    with pytest.raises(ConfigError, match="net_arch"):
+    with pytest.raises(ConfigError, match="hidden_sizes must be a list"):
         PPO("cartpole", net_arch=[0, 64])
     with pytest.raises(ConfigError, match="A2C"):
         PPO("cartpole", algo="a2c")
 
 
-def test_net_arch_of_a_preset_size_picks_that_model_type():
-    with PPO("cartpole", net_arch=[256, 256], num_envs=8, device="cpu") as model:
-        assert model.config.model_type == "ppo-medium"
-        assert [layer.out_features for layer in model.policy.actor if hasattr(layer, "out_features")] == [256, 256, 2]
+def test_any_hidden_sizes_build_train_save_and_load(tmp_path):
+    with PPO("cartpole", net_arch=[32, 16], num_envs=8, num_steps=16, device="cpu") as model:
+        assert model.config.hidden_sizes == [32, 16]
+        assert [layer.out_features for layer in model.policy.actor if hasattr(layer, "out_features")] == [32, 16, 2]
+        assert [layer.out_features for layer in model.policy.critic if hasattr(layer, "out_features")] == [32, 16, 1]
+        model.learn(total_timesteps=256)
+        path = model.save(tmp_path / "small.pth")
+        obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+        expected, _ = model.predict(obs, deterministic=True)
+    loaded = load_model(path)
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], expected)
+    with pytest.raises(ConfigError, match="ppo-cnn has its own"):
+        PPO("snake", hidden_sizes=[8], model_type="ppo-cnn", env_kwargs={"obs": "grid"})
 
 
 def test_a2c_trains_and_is_loaded_as_a2c(tmp_path):

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
 from trainer.config import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
                             require_code_permission, shipped_config)
 from trainer.events import EventBus, LogSink, ProgressBarSink
 from trainer.loop import TrainingSession, open_run_dir, report_failure
-from trainer.models import MLP_HIDDEN_SIZES
 from trainer.resume import checkpoint_payload, restore
 from trainer.run_dir import RunOwner, take_ownership
 
@@ -44,11 +43,9 @@ class PPO:
     algo = "ppo"
 
     def __init__(self, env: Any = "cartpole", *, run_dir: str | Path | None = None,
-                 net_arch: Iterable[int] | None = None, verbose: int = 0, **settings: Any):
+                 verbose: int = 0, **settings: Any):
         """env: see the module docstring. run_dir: None (nothing written) or a run folder.
-        net_arch: hidden layer sizes of the actor and critic MLPs (alias: hidden_sizes).
         verbose: 1 prints the `[STEP n] ...` log lines. settings: YAML keys (`num_envs=128`)."""
-        hidden_sizes = _hidden_sizes(net_arch, settings)
         settings = self._settings(settings)
         env_factory = None
         if isinstance(env, str):
@@ -56,8 +53,6 @@ class PPO:
         else:
             label, env_factory, fixed = _wrap_env(env)
             config = config_from_dict(merge_settings({"env_name": label, **fixed}, _check_fixed(settings, fixed)))
-        if hidden_sizes is not None:
-            config, hidden_sizes = _apply_hidden_sizes(config, hidden_sizes)
         self.config: TrainConfig = config
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
         self._bus = EventBus()
@@ -70,8 +65,7 @@ class PPO:
             self._console = LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False)
             if verbose:
                 self._bus.sinks.append(self._console)
-            self._session = TrainingSession(config, self.run_dir, self._bus, None, env_factory, hidden_sizes)
-            _check_network(self._session, hidden_sizes)
+            self._session = TrainingSession(config, self.run_dir, self._bus, None, env_factory)
         except BaseException:
             self.close()
             raise
@@ -150,7 +144,6 @@ class PPO:
         from_file = {"env_name": saved.get("env_name") if env is None else None,
                      "wrappers": saved.get("wrappers") if "wrappers" not in settings else None}
         require_code_permission(from_file, allow_custom_code, str(path), "PPO.load(..., allow_custom_code=True)")
-        hidden = payload["policy_spec"].get("hidden_sizes")
         saved_algo = saved.pop("algo", cls.algo)
         if saved_algo != cls.algo:
             raise ConfigError(f"{path} was trained with algo {saved_algo!r}; load it with "
@@ -163,8 +156,7 @@ class PPO:
             for name in ("num_envs", "device", "gif_interval", "batch_size", "num_minibatches"):
                 if name not in settings and not isinstance(env, str):
                     base.pop(name, None)  # taken from the env object given
-        model = cls(env, run_dir=run_dir, net_arch=hidden if "hidden_sizes" not in base else None,
-                    **{name: value for name, value in base.items() if name in field_names()})
+        model = cls(env, run_dir=run_dir, **{name: value for name, value in base.items() if name in field_names()})
         session = model._live_session()
         if session.device.type != "cpu":
             payload = read_checkpoint(path, map_location=session.device)
@@ -279,50 +271,6 @@ def _check_fixed(settings: dict, fixed: dict) -> dict:
         raise ConfigError("env_kwargs / wrappers apply to envs given by name; an env object or factory "
                           "is used as it is built (apply options and wrappers inside the factory)")
     return {name: value for name, value in settings.items() if name not in fixed}
-
-
-# ---------------------------------------------------------------------------------------------
-# Network size
-
-
-def _hidden_sizes(net_arch: Iterable[int] | None, settings: dict) -> list[int] | None:
-    given = [(name, value) for name, value in (("net_arch", net_arch), ("hidden_sizes", settings.get("hidden_sizes")))
-             if value is not None]
-    if "hidden_sizes" not in field_names():   # until the config declares the key, the API takes it
-        settings.pop("hidden_sizes", None)
-    if len(given) == 2:
-        raise ConfigError("net_arch and hidden_sizes are two names for the same thing; give only one")
-    if not given:
-        return None
-    name, value = given[0]
-    try:
-        sizes = [int(size) for size in value]
-        if not sizes or any(size < 1 or size != float(original) for size, original in zip(sizes, value)):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a list of positive layer sizes, e.g. [128, 128], got {value!r}") from None
-    return sizes
-
-
-def _apply_hidden_sizes(config: TrainConfig, sizes: list[int]) -> tuple[TrainConfig, list[int] | None]:
-    """A preset size becomes its model_type; other sizes go into the network's spec."""
-    if config.model_type == "ppo-cnn":
-        raise ConfigError("net_arch sets MLP layer sizes; model_type ppo-cnn has a fixed convolutional torso")
-    for model_type, preset in MLP_HIDDEN_SIZES.items():
-        if tuple(sizes) == tuple(preset):
-            return config_from_dict({**config.to_dict(), "model_type": model_type}), None
-    return config, sizes
-
-
-def _check_network(session: TrainingSession, sizes: list[int] | None) -> None:
-    """Refuse, clearly, sizes the network builder does not honour (rather than train another size)."""
-    if sizes is None:
-        return
-    built = [layer.out_features for layer in session.policy.actor if hasattr(layer, "out_features")][:-1]
-    if built != sizes:
-        presets = ", ".join(f"{name} {list(preset)}" for name, preset in MLP_HIDDEN_SIZES.items())
-        raise ConfigError(f"net_arch {sizes}: this version's networks come in the sizes of model_type ({presets}); "
-                          f"use one of those")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -449,6 +449,9 @@ def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) 
                         f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs")
     if config.algo == "a2c":
         config.update_epochs = 1
+    if config.hidden_sizes and config.model_type == "ppo-cnn":
+        problems.append("hidden_sizes sets the layers of an MLP policy; model_type ppo-cnn has its own "
+                        "convolutional torso. Remove hidden_sizes or use an MLP model_type")
     from envs import resolve_env_name
     from envs.base import EnvError
 

@@ -246,7 +246,7 @@ class ActorCritic(nn.Module):
                 raise ModelError(f"unknown model_type {model_type!r}; known: {', '.join(MLP_HIDDEN_SIZES)}, ppo-cnn")
             self.torso = None
             obs_size = int(np.prod(obs_shape))
-            hidden = MLP_HIDDEN_SIZES[model_type]
+            hidden = tuple(spec.get("hidden_sizes") or MLP_HIDDEN_SIZES[model_type])
             self.actor = _mlp(obs_size, hidden, action_outputs, 0.01)
             self.critic = _mlp(obs_size, hidden, 1, 1.0)
         if not self.discrete:

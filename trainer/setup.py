@@ -100,12 +100,11 @@ def config_env_factory(config: TrainConfig, log: Callable[[str], None] | None = 
     return factory
 
 
-def policy_spec(config: TrainConfig, env, hidden_sizes: list[int] | None = None) -> dict:
-    """The network's description for this env (`hidden_sizes`, when given, replaces the preset
-    sizes of an MLP `model_type`)."""
+def policy_spec(config: TrainConfig, env) -> dict:
+    """The network's description for this env (`hidden_sizes`, when set, replaces the preset sizes
+    of an MLP `model_type`)."""
     spec = make_policy_spec(config.model_type, env.single_observation_space, env.single_action_space,
                             config.norm_obs)
-    hidden_sizes = hidden_sizes if hidden_sizes is not None else getattr(config, "hidden_sizes", None)
-    if hidden_sizes:
-        spec["hidden_sizes"] = [int(size) for size in hidden_sizes]
+    if config.hidden_sizes:
+        spec["hidden_sizes"] = list(config.hidden_sizes)
     return spec
