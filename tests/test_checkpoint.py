@@ -136,9 +136,13 @@ def test_resume_drops_metrics_written_after_the_checkpoint(tmp_path):
     assert steps == [256 * n for n in range(1, 7)]
 
 
-def test_resume_without_checkpoint_says_so(tmp_path):
-    with pytest.raises(ResumeError, match="no loadable checkpoint"):
-        train(tiny_config(), tmp_path / "empty", resume=True)
+def test_resume_without_checkpoint_trains_from_step_zero_and_says_so(tmp_path):
+    # A run that died before its first checkpoint is restarted in place (issue 10, item 11).
+    result = train(tiny_config(), tmp_path / "empty", resume=True)
+    events = read_events(tmp_path / "empty" / "metrics.jsonl")
+    assert result.status == "finished"
+    assert [event["step"] for event in events if event["type"] == "metrics"][0] == 256
+    assert any("no checkpoint to resume from" in event.get("message", "") for event in events)
 
 
 def test_stop_signal_saves_checkpoint_and_final_model(tmp_path):

@@ -69,27 +69,71 @@ class EvaluationResult:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class EnvChoice:
+    """The env a model plays: its name, options and wrappers."""
+    name: str
+    kwargs: dict
+    wrappers: list[str] | None
+
+
+def choose_env(model: TrainedModel, env_name: str | None = None, env_kwargs: dict | None = None,
+               allow_custom_code: bool = False, source: str = "the model file",
+               flag: str = "evaluate(..., allow_custom_code=True)") -> EnvChoice:
+    """Which env evaluating `model` builds. A model file is data: the env the user names wins;
+    the saved env_name is used only when it is a built-in or a registered Gymnasium id, and an
+    entry point (`module:Class` env or wrappers) saved in the file is refused unless the user
+    allowed custom code (trainer.config.require_code_permission, naming `flag`)."""
+    from envs import resolve_env_name
+    from envs.base import EnvError
+
+    from trainer.config import require_code_permission
+
+    saved = model.config or {}
+    wrappers = saved.get("wrappers") or None
+    if env_name is not None:  # the user's own choice; the file's wrappers and options still need checking
+        require_code_permission({"wrappers": wrappers}, allow_custom_code, source, flag)
+        same_env = env_name == saved.get("env_name")
+        kwargs = env_kwargs if env_kwargs is not None else (saved.get("env_kwargs") or {}) if same_env else {}
+        return EnvChoice(env_name, dict(kwargs), wrappers if same_env else None)
+    saved_name = saved.get("env_name")
+    if not isinstance(saved_name, str) or not saved_name:
+        raise ValueError(f"{source} does not say which environment it was trained on; name one (--env NAME)")
+    require_code_permission({"env_name": saved_name, "wrappers": wrappers}, allow_custom_code, source, flag)
+    try:
+        resolve_env_name(saved_name)
+    except EnvError as error:
+        raise ValueError(f"{source} was trained on {saved_name[:100]!r}, which is not an environment here "
+                         f"({str(error)[:200]}); name one (--env NAME)") from None
+    kwargs = env_kwargs if env_kwargs is not None else saved.get("env_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{source}: env_kwargs must be a mapping, got {type(kwargs).__name__}")
+    return EnvChoice(saved_name, dict(kwargs), wrappers)
+
+
 @torch.no_grad()
 def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int | None = None,
              device: str = "cpu", seed: int = 0, deterministic: bool = True, gif_path: str | Path | None = None,
              gif_max_frames: int = 1000, max_episode_steps: int = 100_000, env_name: str | None = None,
-             env_kwargs: dict | None = None) -> EvaluationResult:
-    """Play `episodes` episodes with the model on the env it was trained on (or `env_name`)."""
+             env_kwargs: dict | None = None, allow_custom_code: bool = False) -> EvaluationResult:
+    """Play `episodes` episodes with the model on `env_name`, or on the env it was trained on if
+    that is a built-in or a registered Gymnasium id (see `choose_env`). allow_custom_code: let a
+    `module:Class` env or wrappers saved in the model's config be imported (that runs their code)."""
     from envs import make_vec_env
 
     from trainer.gif import frame_skip, gif_fps, write_gif
 
     if episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes}")
+    source = "the model" if isinstance(model, TrainedModel) else str(model)
     if not isinstance(model, TrainedModel):
         model = load_model(model, device=device)
+    choice = choose_env(model, env_name, env_kwargs, allow_custom_code, source)
     if model.device.type == "cpu" and model.spec["model_type"] != "ppo-cnn":
         torch.set_num_threads(1)  # small MLPs: extra threads only spin
-    config = model.config
     num_envs = num_envs or min(episodes, 64)
-    env = make_vec_env(env_name or config["env_name"], num_envs, device=model.device, seed=seed,
-                       wrappers=config.get("wrappers") or None,
-                       **(env_kwargs if env_kwargs is not None else config.get("env_kwargs", {})))
+    env = make_vec_env(choice.name, num_envs, device=model.device, seed=seed, wrappers=choice.wrappers,
+                       **choice.kwargs)
     try:
         policy = model.policy
         targets = [(episodes + index) // num_envs for index in range(num_envs)]

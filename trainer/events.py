@@ -10,8 +10,11 @@ channel for a caller's own process), `TensorBoardSink` (optional), `ProgressBarS
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -81,12 +84,38 @@ class EventSink(Protocol):
     def close(self) -> None: ...
 
 
+class StorageError(OSError):
+    """A run file (metrics.jsonl, a checkpoint, the final model, a GIF) could not be written.
+    The run stops: history or checkpoints that silently stop being written are lost work."""
+
+
+def storage_error(path: str | Path, error: BaseException, needed: int = 0) -> StorageError:
+    """The one translation of a failed write into a message a user can act on: "no space left on
+    <path>" when the disk is full (ENOSPC, or less free space than the write needed: torch reports
+    a full disk as "unexpected pos ..."), else "could not write <path>: <reason>"."""
+    path = Path(path)
+    try:
+        free = shutil.disk_usage(next(folder for folder in (path, *path.parents) if folder.exists())).free
+    except (OSError, StopIteration):
+        free = None
+    full = getattr(error, "errno", None) == errno.ENOSPC or (free is not None and free < needed)
+    if full:
+        detail = f" ({free / 2**20:.1f} MiB free" + (f", about {needed / 2**20:.1f} MiB needed)" if needed else ")") \
+            if free is not None else ""
+        return StorageError(errno.ENOSPC, f"no space left on {path}{detail}; free some space, then resume the run "
+                                          f"(its last checkpoint is intact)")
+    reason = getattr(error, "strerror", None) or str(error)[:300]
+    return StorageError(getattr(error, "errno", None) or errno.EIO, f"could not write {path}: {reason}")
+
+
 class EventBus:
-    """Sends each event to every sink. A sink that fails (a closed queue, a full disk) is
-    dropped with a warning to the others instead of stopping the training run."""
+    """Sends each event to every sink. A sink that fails (a closed queue, the TensorBoard
+    writer) is dropped with a warning to the others; an `essential` sink (metrics.jsonl, the
+    durable history) that fails stops the run: its error is raised to the caller."""
 
     def __init__(self, sinks: list[EventSink] | None = None):
         self.sinks: list[EventSink] = list(sinks or [])
+        self.broken: list[EventSink] = []   # essential sinks that failed: tried once more at the end
 
     def emit(self, kind: str, **fields: Any) -> dict:
         event = make_event(kind, **fields)
@@ -99,8 +128,22 @@ class EventBus:
                 sink(event)
             except Exception as error:  # noqa: BLE001 - one broken sink must not end the run
                 self.sinks.remove(sink)
+                if getattr(sink, "essential", False):
+                    self.broken.append(sink)
+                    raise
                 self.emit("log", level="warning", message=f"event sink {type(sink).__name__} failed and was "
                                                            f"detached: {type(error).__name__}: {error}")
+
+    def emit_last(self, kind: str, **fields: Any) -> dict:
+        """The error / end event of a failed run: to every sink, broken essential ones too (a full
+        disk may have room for one more line), never raising."""
+        event = make_event(kind, **fields)
+        for sink in self.sinks + self.broken:
+            try:
+                sink(event)
+            except Exception:  # noqa: BLE001 - the run is ending with an error already
+                pass
+        return event
 
     def log(self, message: str, level: str = "info") -> None:
         self.emit("log", level=level, message=message)
@@ -122,15 +165,35 @@ class JsonlSink:
 
     The file is opened per event (a few microseconds, at most a few times a second): every line
     is on disk when the call returns, and a rewrite of the file by `trim_events_after` (resume)
-    is never undone by a stale handle."""
+    is never undone by a stale handle. A write that fails (full disk) is cut back to the last
+    whole line and raised as StorageError: the file never ends in half a line, and the run stops."""
+
+    essential = True
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, event: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as file:
-            file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        data = (json.dumps(event, separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise storage_error(self.path, error) from None
+        try:
+            end = os.lseek(descriptor, 0, os.SEEK_END)
+            try:
+                written = os.write(descriptor, data)
+                if written != len(data):  # a short write is how a full disk shows itself to os.write
+                    raise OSError(errno.ENOSPC, "short write")
+            except OSError as error:
+                try:
+                    os.ftruncate(descriptor, end)
+                except OSError:
+                    pass
+                raise storage_error(self.path, error, needed=len(data)) from None
+        finally:
+            os.close(descriptor)
 
     def close(self) -> None:
         pass

@@ -17,6 +17,7 @@ trainer/resume.py, the GIF budget in trainer/gif.py, merging across ranks in tra
 """
 from __future__ import annotations
 
+import errno
 import time
 import traceback
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ import torch
 from trainer.checkpoint import atomic_save, checkpoint_path, list_checkpoints, prune_checkpoints
 from trainer.config import TrainConfig, config_from_dict
 from trainer.distributed import DistributedContext, setup_distributed
-from trainer.events import EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, trim_events_after
+from trainer.events import (EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, storage_error,
+                            trim_events_after)
 from trainer.gif import GifBudget
 from trainer.models import ActorCritic, build_policy
 from trainer.normalization import RewardScaler
@@ -39,6 +41,9 @@ from trainer.run_dir import RunOwner, checkpoint_folder, final_model_path, take_
 from trainer.seeding import seeds
 from trainer.setup import (EnvFactory, config_env_factory, device_type, pick_device, policy_spec,
                            scaled_learning_rate, set_threads)
+
+# errno values of a failed write (a GIF that hits these stops the run; other GIF failures only turn GIFs off)
+WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
 __all__ = ["train", "TrainResult", "TrainingSession", "ResumeError"]
 
@@ -54,7 +59,8 @@ class TrainResult:
 
 
 def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink] | None = None,
-          should_stop: Callable[[], bool] | None = None, resume: bool = False) -> TrainResult:
+          should_stop: Callable[[], bool] | None = None, resume: bool = False,
+          preflight: bool = True) -> TrainResult:
     """Train a policy as `config` says, writing everything into `run_dir`.
 
     config: a TrainConfig or a dict of YAML keys; either is validated (a hand-built TrainConfig
@@ -63,8 +69,15 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
     should_stop: polled between updates; when it returns True the run saves a checkpoint and
         the final model and ends with status `stopped`.
     resume: continue from the newest checkpoint in the run directory.
+    preflight: first build the env once and check the run fits in memory
+        (trainer.preflight.check_run_fits), before the run folder is touched; False for a caller
+        that just did (the CLI). A ConfigError then leaves no folder and no file behind.
     """
     config = config_from_dict(config)
+    if preflight:
+        from trainer.preflight import check_run_fits
+
+        check_run_fits(config)
     run_dir = Path(run_dir).resolve()
     context = setup_distributed(config.backend, device_type(config))
     is_main = context is None or context.is_main
@@ -116,9 +129,9 @@ def report_failure(bus: EventBus, error: BaseException, session: "TrainingSessio
     """An `error` event (not for Ctrl-C) and the `end` event of a run that did not finish."""
     interrupted = isinstance(error, KeyboardInterrupt)
     if not interrupted:
-        bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
-    bus.emit("end", status="stopped" if interrupted else "failed",
-             step=session.global_step if session else 0, final_model=None)
+        bus.emit_last("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+    bus.emit_last("end", status="stopped" if interrupted else "failed",
+                  step=session.global_step if session else 0, final_model=None)
 
 
 def _holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
@@ -132,13 +145,11 @@ class TrainingSession:
 
     run_dir None keeps everything in memory: no config, events, checkpoints, GIFs or final model
     are written (the Python API's default). env_factory (num_envs, device, seed) -> VecEnv replaces
-    the config's env (the API's Gymnasium factories and VecEnv objects); hidden_sizes replaces the
-    MLP sizes of `model_type`.
+    the config's env (the API's Gymnasium factories and VecEnv objects).
     """
 
     def __init__(self, config: TrainConfig, run_dir: Path | None, bus: EventBus,
-                 context: DistributedContext | None = None, env_factory: EnvFactory | None = None,
-                 hidden_sizes: list[int] | None = None):
+                 context: DistributedContext | None = None, env_factory: EnvFactory | None = None):
         self.config = config
         self.run_dir = run_dir
         self.bus = bus
@@ -156,7 +167,7 @@ class TrainingSession:
         torch.manual_seed(start.network)  # network initialisation: the same on every rank
         make_env = env_factory or config_env_factory(config, log=self._pending_logs.append)
         self.env = make_env(config.num_envs, self.device, start.env)
-        self.policy_spec = policy_spec(config, self.env, hidden_sizes)
+        self.policy_spec = policy_spec(config, self.env)
         self.policy = build_policy(self.policy_spec).to(self.device)
         if context is not None:
             context.broadcast_module_(self.policy)
@@ -340,7 +351,9 @@ class TrainingSession:
         try:
             result = self.gif_recorder.record(self.policy.state_dict(), path,
                                               seed=seeds(self.config.seed, update=self.update).gif)
-        except Exception as error:  # noqa: BLE001 - a GIF must never end a training run
+        except Exception as error:  # noqa: BLE001 - a GIF must never end a training run, except a full disk
+            if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
+                raise storage_error(path, error) from None  # the disk, not the GIF: checkpoints fail next
             self.bus.log(f"rollout GIFs turned off: recording one failed with {type(error).__name__}: {error}",
                          level="warning")
             self.gif_recorder.close()
@@ -365,8 +378,17 @@ class TrainingSession:
         return path
 
     def restore(self) -> None:
-        """Continue from the newest loadable checkpoint of this run."""
-        path = restore_latest(self, checkpoint_folder(self.run_dir, self.config))
+        """Continue from the newest loadable checkpoint of this run; a run that died before its
+        first checkpoint starts again from step 0 in its own folder (nothing to lose)."""
+        folder = checkpoint_folder(self.run_dir, self.config)
+        if not list_checkpoints(folder):
+            if self.is_main:
+                dropped = trim_events_after(self.run_dir / "metrics.jsonl", 0)
+                self._pending_logs.append(f"no checkpoint to resume from (the run ended before its first one): "
+                                          f"training it again from step 0 in {self.run_dir}"
+                                          + (f" ({dropped} events of the earlier attempt dropped)" if dropped else ""))
+            return
+        path = restore_latest(self, folder)
         if self.is_main:
             dropped = trim_events_after(self.run_dir / "metrics.jsonl", self.global_step)
             self._pending_logs.append(f"resumed from {path} at step {self.global_step}" + (

@@ -11,6 +11,8 @@ building the probe env imports what the config names.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 from trainer.config import ConfigError, TrainConfig
 
@@ -62,7 +64,24 @@ def free_bytes(device: str) -> tuple[int, str]:
     return int(psutil.virtual_memory().available), "this machine"
 
 
+def check_writable_folder(folder: str | Path, option: str) -> None:
+    """ConfigError unless `folder` is (or can be made as) a folder this process can write into;
+    nothing is created. `option` (e.g. "--runs-dir") is named in the message."""
+    folder = Path(folder)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{option} {folder}: {existing} is a file, not a folder; pick a folder for the runs")
+    # os.access also sees a read-only file system (EROFS), which root's permissions do not bypass.
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {folder}: {existing} is not writable by this user (or is on a read-only file "
+                          f"system); pick a folder you can write to")
+
+
 def check_run_fits(config: TrainConfig) -> None:
+    """ConfigError when the env refuses the config's env options, or the run would need more
+    memory than the device it trains on has free."""
     observation_space, action_space = probe_spaces(config)
     needed = estimated_bytes(config, observation_space, action_space)
     free, where = free_bytes(config.device)

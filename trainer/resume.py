@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.checkpoint import (FORMAT, FORMAT_VERSION, capture_env_state, latest_checkpoint, library_versions,
-                                restore_env_state)
+                                restore_env_state, weights_mismatch)
 from trainer.seeding import seeds
 
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ def restore(session: "TrainingSession", payload: dict, path: Path | str = "the c
                           f"{saved_spec['obs_shape']} / actions {saved_spec['action']}, but this config builds "
                           f"{spec['model_type']} for {spec['obs_shape']} / {spec['action']}; resume with the "
                           f"run's own config.yaml")
+    problem = weights_mismatch(session.policy.state_dict(), payload.get("policy_state"))
+    if problem:  # the spec matches, the weights do not: a damaged or crafted file
+        raise ResumeError(f"{path}: the saved weights do not fit this run's network: {problem}")
     session.policy.load_state_dict(payload["policy_state"])
     session.global_step = int(payload["global_step"])
     session.update = int(payload["update"])
