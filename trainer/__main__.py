@@ -35,6 +35,9 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", metavar="RUN_DIR",
                         help="continue the run in RUN_DIR from its newest checkpoint (its config.yaml is used "
                              "unless --config is given; --set still applies)")
+    parser.add_argument("--allow-custom-envs", action="store_true",
+                        help="let --resume import a `module:Class` env or wrappers named in the run's config.yaml "
+                             "(a run folder is data: without this flag such code is refused)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors (train.log has it all)")
     return parser
@@ -52,6 +55,11 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely")
     parser.add_argument("--max-episode-steps", type=int, default=100_000,
                         help="cut an episode after this many steps (default 100000)")
+    parser.add_argument("--env", help="the environment to play (default: the one the model was trained on, "
+                                      "if it is a built-in or a registered Gymnasium id)")
+    parser.add_argument("--allow-custom-envs", action="store_true",
+                        help="let a `module:Class` env or wrappers saved in the model's config be imported "
+                             "(a .pth is data: without this flag such code is refused)")
     return parser
 
 
@@ -66,14 +74,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def evaluate_command(argv: list[str]) -> int:
     args = build_evaluate_parser().parse_args(argv)
-    from trainer.checkpoint import CheckpointError
-    from trainer.evaluate import evaluate
+    from envs.base import EnvError
+    from trainer.checkpoint import CheckpointError, load_model
+    from trainer.config import ConfigError
+    from trainer.evaluate import choose_env, evaluate
 
     try:
-        result = evaluate(args.model, episodes=args.episodes, num_envs=args.num_envs, device=args.device,
+        model = load_model(args.model, device=args.device)
+        # Refused here with the CLI's flag in the message; evaluate() checks the same again.
+        choose_env(model, args.env, None, args.allow_custom_envs, args.model, "--allow-custom-envs")
+        result = evaluate(model, episodes=args.episodes, num_envs=args.num_envs, device=args.device,
                           seed=args.seed, deterministic=not args.stochastic, gif_path=args.gif,
-                          max_episode_steps=args.max_episode_steps)
-    except (CheckpointError, ValueError, OSError) as error:
+                          max_episode_steps=args.max_episode_steps, env_name=args.env,
+                          allow_custom_code=args.allow_custom_envs)
+    except (CheckpointError, ConfigError, EnvError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     print(f"model:    {args.model}")
@@ -116,7 +130,8 @@ def shipped_config_file(given: str | Path | None) -> str | Path | None:
 def train_command(argv: list[str]) -> int:
     parser = build_train_parser()
     args = parser.parse_args(argv)
-    from trainer.config import ConfigError, load_config
+    from trainer.config import ConfigError, load_config, require_code_permission
+    from trainer.preflight import check_run_fits, check_writable_folder
 
     config_path = args.config
     if args.resume:
@@ -138,6 +153,13 @@ def train_command(argv: list[str]) -> int:
     config_path = shipped_config_file(config_path)
     try:
         config = load_config(config_path, args.overrides)
+        if args.resume and args.config is None:  # the run folder's config.yaml is data, not the user's
+            require_code_permission(config, args.allow_custom_envs, str(config_path), "--allow-custom-envs")
+        # Before any folder exists (train() would do it too, after taking the folder): a bad
+        # env_kwargs key or a run too big for this machine leaves nothing behind.
+        check_run_fits(config)
+        if not args.resume:
+            check_writable_folder(Path(args.run_dir or args.runs_dir), "--run-dir" if args.run_dir else "--runs-dir")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -169,7 +191,7 @@ def train_command(argv: list[str]) -> int:
     stop = StopFlag()
     stop.install()
     try:
-        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume))
+        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume), preflight=False)
     except (ConfigError, ResumeError, RunOwnedError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
