@@ -56,8 +56,9 @@ def test_client_starts_polls_and_downloads_a_model_that_plays(finished_run, clie
     assert finished_run["final_model"] == "cartpole_ppo_final.pth"
     model_path = client.predict(finished_run["run_id"], "model", api_name="/download")
     model = load_model(model_path)
-    action, _ = model.predict(np.zeros(4, dtype=np.float32), deterministic=True)
-    assert int(action) in (0, 1)
+    probe = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    actions, _ = model.predict(probe, deterministic=True)
+    assert actions.shape == (32,) and model.global_step == finished_run["step"]  # the run's own final model
     csv_path = client.predict(finished_run["run_id"], "metrics", api_name="/download")
     assert Path(csv_path).read_text().count("\n") == finished_run["updates"] + 1
 
