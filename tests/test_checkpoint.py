@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trainer.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_model, read_checkpoint
-from trainer.config import config_from_dict
+from trainer.config import config_from_dict, load_config
 from trainer.events import read_events
 from trainer.loop import ResumeError, train
 
@@ -63,7 +63,9 @@ def test_predict_accepts_one_observation_or_a_batch(tmp_path, test_device):
     result = train(tiny_config(total_timesteps=256, checkpoint={"interval": 0}), tmp_path / "run")
     model = load_model(result.final_model, device=test_device)
     single, _ = model.predict(np.zeros(4, dtype=np.float32))
-    assert np.ndim(single) == 0 and int(single) in (0, 1)
+    with torch.no_grad():
+        logits = result.policy.actor(torch.zeros(1, 4, device=next(result.policy.parameters()).device))
+    assert np.ndim(single) == 0 and int(single) == int(logits.argmax())
     batch, _ = model.predict(np.zeros((5, 4)))
     assert batch.shape == (5,) and batch.dtype == np.int64
     from_list, _ = model.predict([0.0, 0.1, 0.0, -0.1])
@@ -73,22 +75,36 @@ def test_predict_accepts_one_observation_or_a_batch(tmp_path, test_device):
     with pytest.raises(ValueError, match=r"shape \(4,\)"):
         model.predict(np.zeros(5))
     # A checkpoint loads for acting too.
-    checkpoint_model = load_model(next(iter(list_checkpoints(tmp_path / "run" / "checkpoints")))[1])
-    assert checkpoint_model.predict(np.zeros(4))[0] in (0, 1)
+    checkpoint_model = load_model(list_checkpoints(tmp_path / "run" / "checkpoints")[-1][1])  # the last: final weights
+    probe = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    np.testing.assert_array_equal(checkpoint_model.predict(probe)[0], model.predict(probe)[0])
 
 
-def test_model_plays_the_gymnasium_env(tmp_path):
+def test_trained_model_balances_gymnasiums_own_cartpole(tmp_path):
+    """Trained on the native batched CartPole, the saved .pth plays Gymnasium's CartPole-v1."""
     import gymnasium
 
-    result = train(tiny_config(total_timesteps=256, checkpoint={"interval": 0}), tmp_path / "run")
+    config = load_config(ROOT / "configs" / "cartpole.yaml", ["gif_interval=0", "checkpoint.interval=0", "device=cpu"])
+    solved = lambda: recent_return[0] >= 475  # noqa: E731
+    recent_return = [0.0]
+
+    def watch(event):
+        if event["type"] == "metrics" and event["recent_return_mean"] is not None:
+            recent_return[0] = event["recent_return_mean"]
+
+    result = train(config, tmp_path / "run", sinks=[watch], should_stop=solved)
     model = load_model(result.final_model)
     env = gymnasium.make("CartPole-v1")
-    obs, _ = env.reset(seed=0)
-    for _ in range(20):
-        action, _ = model.predict(obs, deterministic=True)
-        obs, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            break
+    lengths = []
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        for length in range(1, 501):
+            action, _ = model.predict(obs, deterministic=True)
+            obs, _, terminated, truncated, _ = env.step(int(action))
+            if terminated or truncated:
+                break
+        lengths.append(length)
+    assert min(lengths) >= 400, f"episode lengths in Gymnasium's CartPole-v1: {lengths} (random play: about 22)"
 
 
 def test_checkpoints_are_written_and_only_the_last_k_kept(tmp_path):
