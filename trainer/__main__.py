@@ -3,6 +3,8 @@
     python -m trainer --config configs/cartpole.yaml [--set key=value ...] [--runs-dir runs | --run-dir DIR]
     python -m trainer --resume runs/<run_id> [--set total_timesteps=2_000_000]
     python -m trainer evaluate runs/<run_id>/cartpole_ppo_final.pth --episodes 100 [--gif play.gif]
+    python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details]
+    python -m trainer serve runs/<run_id> [--host 127.0.0.1] [--port 8000] [--api-key KEY]
     torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
 
 Ctrl-C stops after the current update and saves a checkpoint and the final model (press it
@@ -67,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "evaluate":
         return evaluate_command(argv[1:])
+    if argv and argv[0] in ("export", "serve"):
+        import importlib  # each one's parser and command live beside the code it runs
+
+        return importlib.import_module(f"trainer.{argv[0]}").command(argv[1:])
     if argv and argv[0] == "train":
         argv = argv[1:]
     return train_command(argv)
