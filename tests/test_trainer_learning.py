@@ -50,14 +50,17 @@ def test_cartpole_shipped_config_reaches_475(tmp_path, test_device):
     assert result.step <= config.total_timesteps
 
 
-@pytest.mark.parametrize("game, steps, margin", [("flappy_bird", 300_000, 1.0), ("snake", 200_000, 1.5)])
-def test_game_beats_random_after_a_short_run(tmp_path, game, steps, margin):
+# Flappy Bird: 300k steps reached 4.6 / 6.5 pipes (seeds 1, 2; random play: about 0) -> at least 3 pipes.
+# Snake: 200k steps reached 5.2 / 2.4 food (seeds 1, 2; random play: about 0.2) -> random + 1.5.
+@pytest.mark.parametrize("game, steps, margin, floor", [("flappy_bird", 300_000, 1.0, 3.0),
+                                                       ("snake", 200_000, 1.5, 0.0)])
+def test_game_beats_random_after_a_short_run(tmp_path, game, steps, margin, floor):
     random_score = random_policy_score(game)
     config = load_config(ROOT / "configs" / f"{game}.yaml",
                          [f"total_timesteps={steps}", "gif_interval=0", "checkpoint.interval=0", "device=cpu"])
     recorder = BestRecent("recent_score_mean")
     train(config, tmp_path / "run", sinks=[recorder])
-    assert recorder.best >= random_score + margin, (
+    assert recorder.best >= max(random_score + margin, floor), (
         f"{game}: trained mean score {recorder.best:.2f} vs random {random_score:.2f}")
 
 
