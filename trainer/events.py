@@ -102,10 +102,13 @@ def storage_error(path: str | Path, error: BaseException, needed: int = 0) -> St
     if full:
         detail = f" ({free / 2**20:.1f} MiB free" + (f", about {needed / 2**20:.1f} MiB needed)" if needed else ")") \
             if free is not None else ""
-        return StorageError(errno.ENOSPC, f"no space left on {path}{detail}; free some space, then resume the run "
-                                          f"(its last checkpoint is intact)")
-    reason = getattr(error, "strerror", None) or str(error)[:300]
-    return StorageError(getattr(error, "errno", None) or errno.EIO, f"could not write {path}: {reason}")
+        failure = StorageError(f"no space left on {path}{detail}; free some space, then resume the run "
+                               f"(its last checkpoint is intact)")
+        failure.errno = errno.ENOSPC
+        return failure
+    failure = StorageError(f"could not write {path}: {getattr(error, 'strerror', None) or str(error)[:300]}")
+    failure.errno = getattr(error, "errno", None) or errno.EIO  # one-argument OSError: str() is the message alone
+    return failure
 
 
 class EventBus:
