@@ -251,3 +251,15 @@ def test_predict_with_the_wrong_observation_shape_says_what_it_expects(tmp_path)
     with pytest.raises(ValueError, match=r"got \(2, 3\)"):
         model.predict(np.zeros((2, 3), dtype=np.float32))
     assert model.predict(np.zeros((5, 4), dtype=np.float32))[0].shape == (5,)
+
+
+def test_a_checkpoint_save_on_a_full_disk_says_no_space_and_keeps_the_old_file(tiny_disk):
+    from trainer.checkpoint import atomic_save
+
+    path = tiny_disk / "ckpt.pth"
+    atomic_save({"format": "rl-studio", "weights": torch.zeros(1000)}, path)
+    # 3 MB of weights cannot fit on a 2 MB disk: torch says "unexpected pos", the user reads this.
+    with pytest.raises(OSError, match=f"no space left on {path}"):
+        atomic_save({"format": "rl-studio", "weights": torch.zeros(750_000)}, path)
+    assert torch.load(path, weights_only=True)["weights"].shape == (1000,)
+    assert [item.name for item in tiny_disk.iterdir()] == ["ckpt.pth"]  # no temporary left behind
