@@ -41,6 +41,11 @@ def build_train_parser() -> argparse.ArgumentParser:
                         help="let --resume import a `module:Class` env or wrappers named in the run's config.yaml "
                              "(a run folder is data: without this flag such code is refused)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics while training (rank 0; "
+                             "off by default)")
+    parser.add_argument("--metrics-host", default="0.0.0.0",
+                        help="address for --metrics-port (default 0.0.0.0; 127.0.0.1 keeps it on this machine)")
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors (train.log has it all)")
     return parser
 
@@ -194,6 +199,16 @@ def train_command(argv: list[str]) -> int:
             sinks.append(ProgressBarSink(total=config.total_timesteps, log_interval=config.log_interval))
         else:
             sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
+    metrics_server = None
+    if is_main and args.metrics_port is not None:
+        from trainer.metrics_export import serve_trainer_metrics
+
+        try:
+            metrics_sink, metrics_server = serve_trainer_metrics(args.metrics_port, args.metrics_host, run_dir.parent)
+        except (OSError, OverflowError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        sinks.append(metrics_sink)
     stop = StopFlag()
     stop.install()
     try:
@@ -211,6 +226,8 @@ def train_command(argv: list[str]) -> int:
     finally:
         if context is not None:
             shutdown_distributed()
+        if metrics_server is not None:
+            metrics_server.close()
     if is_main and not args.quiet and result.final_model is not None:
         print(f"Run directory: {result.run_dir}")
         print(f"Use the model:  from trainer import load_model; "

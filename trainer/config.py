@@ -69,6 +69,9 @@ class CheckpointConfig:
                            studio_note="the studio always keeps checkpoints inside the run folder")
     keep: int = key(3, "Keep the last this many checkpoints (older ones are deleted).",
                     Integer(maximum=10_000), OUTPUTS)
+    interval_seconds: float = key(0.0, "Also save a checkpoint when this many seconds have passed since the last "
+                                  "one (0: off). Bounds the work a crash or an elastic restart redoes.",
+                                  Real(0.0, 10.0**7), OUTPUTS)
 
 
 MODEL_TYPE_HELP = "Policy network: " + "; ".join(f"`{name}` {text}" for name, text in MODEL_TYPES.items()) + "."
@@ -162,6 +165,19 @@ class TrainConfig:
     gpu_ids: list | None = key(None, "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses "
                                "`gpu_ids[i]`.", DeviceIds(),
                                studio_note="only used by distributed (torchrun) runs; pick the GPU with `device`")
+    nproc_per_node: int = key(1, "Training processes (ranks) on this machine, started by torch's elastic launcher "
+                              "(`--nproc`); with `gpu_ids`, one rank per listed GPU on nccl, else gloo on CPU.",
+                              Integer(maximum=1024), ROLLOUT)
+    min_nodes: int = key(1, "Elastic cluster: train once this many machines (master included) have joined "
+                         "(torchrun's `--nnodes MIN:MAX`).", Integer(maximum=10_000),
+                         studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+    max_nodes: int = key(1, "Elastic cluster: admit up to this many machines; a machine that joins mid-run is "
+                         "admitted at the next re-formation.", Integer(maximum=10_000),
+                         studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+    max_restarts: int = key(3, "Elastic runs: how often the ranks may be re-formed after a failure (a lost "
+                            "process or machine) before the run fails; each restart resumes from the last "
+                            "checkpoint.", Integer(minimum=0, maximum=10_000),
+                            studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
     # --- what it writes --------------------------------------------------------------------
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={
         "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.", "section": CheckpointConfig})
@@ -172,6 +188,9 @@ class TrainConfig:
                                    "training time (1: never skip).", Real(0.0, 1.0), OUTPUTS)
     log_interval: int = key(10, "Write a `[STEP n] ...` log line every this many updates (metrics events go out "
                             "every update).", Integer(maximum=10**9), OUTPUTS)
+    warn_falling_updates: int = key(10, "Warn (studio banner, log line, the `RLStudioReturnFalling` alert) when the "
+                                    "recent mean return has fallen for this many consecutive updates.",
+                                    Integer(minimum=2, maximum=10**6), OUTPUTS)
     tensorboard: bool = key(False, "Also write TensorBoard scalars to `<run_dir>/tensorboard` (needs the "
                             "tensorboard package).", Boolean(), OUTPUTS)
 
@@ -444,6 +463,9 @@ def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
 
 def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) -> None:
     resolve_batch_sizes(config, problems)
+    if config.min_nodes > config.max_nodes:
+        problems.append(f"min_nodes ({config.min_nodes}) is larger than max_nodes ({config.max_nodes}); give "
+                        f"min_nodes <= max_nodes (torchrun's --nnodes MIN:MAX)")
     if config.algo == "a2c" and "update_epochs" in given and config.update_epochs != 1:
         problems.append(f"algo a2c makes one pass over each rollout, but update_epochs is {config.update_epochs}; "
                         f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs")
