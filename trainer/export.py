@@ -163,14 +163,19 @@ def export_onnx(run_or_pth: str | Path | TrainedModel, out_path: str | Path, wit
 # python -m trainer export
 
 
-def build_parser():
+def model_parser(prog: str, description: str):
+    """A subcommand parser whose first argument is a model (.pth or run folder, see resolve_model_path)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m trainer export",
-                                     description="Write a trained policy as an ONNX model (raw observations in, "
-                                                 "actions out; observation normalisation folded in).")
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("model", help="a .pth written by the trainer, or a run folder (its final model, else "
                                       "its newest checkpoint)")
+    return parser
+
+
+def build_parser():
+    parser = model_parser("python -m trainer export", "Write a trained policy as an ONNX model (raw observations "
+                                                      "in, actions out; observation normalisation folded in).")
     parser.add_argument("--onnx", required=True, metavar="OUT.onnx", help="where to write the ONNX model")
     parser.add_argument("--with-details", action="store_true",
                         help="also output action probabilities (discrete) or means (continuous) and the value")

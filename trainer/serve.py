@@ -128,7 +128,7 @@ class _Pending:
 
 
 class Batcher:
-    """Runs the model on every request waiting, as one batch, in a worker thread.
+    """Runs the model on every request waiting, as one batch.
 
     While a pass runs, new requests queue up; the next pass takes them all (up to `max_rows`
     observations), so the batch grows with the load and one client alone waits for nothing.
@@ -154,8 +154,8 @@ class Batcher:
         while True:
             batch = [carry if carry is not None else await queue.get()]
             carry = None
-            if self.max_wait_s > 0:
-                await asyncio.sleep(self.max_wait_s)
+            # Let the handlers that are ready parse their requests and join this batch.
+            await asyncio.sleep(self.max_wait_s)
             rows = len(batch[0].obs)
             while not queue.empty():
                 pending = queue.get_nowait()
@@ -165,7 +165,10 @@ class Batcher:
                 batch.append(pending)
                 rows += len(pending.obs)
             try:
-                results = await asyncio.to_thread(self._forward, batch)
+                # In the event loop itself: a policy's pass takes far less than a hop to a worker
+                # thread and back, and requests arriving meanwhile wait in the socket buffers,
+                # to be parsed and queued for the next pass.
+                results = self._forward(batch)
             except Exception as error:  # noqa: BLE001 - handed to the waiting requests
                 results = [error] * len(batch)
             for pending, result in zip(batch, results):
@@ -321,13 +324,10 @@ def start_server(model: TrainedModel | str | Path, host: str = "127.0.0.1", port
 
 
 def build_parser():
-    import argparse
+    from trainer.export import model_parser
 
-    parser = argparse.ArgumentParser(prog="python -m trainer serve",
-                                     description="Serve a trained policy over HTTP: POST /v1/act, GET /v1/model, "
-                                                 "GET /healthz.")
-    parser.add_argument("model", help="a .pth written by the trainer, or a run folder (its final model, else its "
-                                      "newest checkpoint)")
+    parser = model_parser("python -m trainer serve", "Serve a trained policy over HTTP: POST /v1/act, "
+                                                     "GET /v1/model, GET /healthz.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                                                             "only; any other needs --api-key)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
