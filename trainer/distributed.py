@@ -11,14 +11,25 @@ batch per update is therefore `world_size x batch_size`, and `total_timesteps` c
 steps of all ranks together. Observation / reward statistics are merged across ranks. Rank 0
 alone writes the run directory (config, events, checkpoints, GIFs, the final model) and polls
 the stop signal, which it shares with the others once per update.
+
+Under the elastic launcher (`--nproc`, `python -m trainer master` / `worker`, trainer/launch.py)
+the rank that writes is the first rank on the master's machine (`main_rank`, found with one
+all-reduce), because c10d rendezvous numbers machines by host name, not by who is the master. A
+peer that dies makes the collectives fail within `COLLECTIVE_TIMEOUT` instead of gloo's 30
+minutes, so the elastic agent can re-form the ranks.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 from torch import Tensor, nn
+
+# Set by the master command (trainer/launch.py) in its own environment, so only its ranks have it.
+WRITER_ENV = "RL_STUDIO_WRITER"
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 
 
 @dataclass
@@ -27,10 +38,11 @@ class DistributedContext:
     world_size: int
     local_rank: int
     backend: str
+    main_rank: int = 0     # the rank that writes the run folder (the master's first rank)
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        return self.rank == self.main_rank
 
     def all_reduce_sum_(self, tensor: Tensor) -> Tensor:
         import torch.distributed as dist
@@ -48,13 +60,13 @@ class DistributedContext:
         import torch.distributed as dist
 
         for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.data, src=self.main_rank)
 
     def broadcast_object(self, value):
         import torch.distributed as dist
 
         holder = [value]
-        dist.broadcast_object_list(holder, src=0)
+        dist.broadcast_object_list(holder, src=self.main_rank)
         return holder[0]
 
     def any_rank(self, flag: bool, device: torch.device) -> bool:
@@ -105,10 +117,26 @@ def setup_distributed(backend: str = "auto", device_type: str | None = None) -> 
         if missing:
             raise RuntimeError(f"WORLD_SIZE is set but {', '.join(missing)} is not: start distributed runs "
                                f"with torchrun (e.g. torchrun --nproc_per_node 2 -m trainer --config ...)")
-        dist.init_process_group(backend=backend)
-    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
-                              local_rank=int(os.environ.get("LOCAL_RANK", dist.get_rank())),
-                              backend=dist.get_backend())
+        dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    return DistributedContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=dist.get_backend(),
+                              main_rank=_writer_rank(rank, world_size, local_rank, device_type))
+
+
+def _writer_rank(rank: int, world_size: int, local_rank: int, device_type: str) -> int:
+    """The lowest rank that is local rank 0 of the master (WRITER_ENV); 0 when no rank is (torchrun)."""
+    import torch.distributed as dist
+
+    writer = os.environ.get(WRITER_ENV) == "1" and local_rank == 0
+    device = torch.device("cpu")
+    if device_type == "cuda":  # nccl: each rank on its own GPU already (pick_device settles gpu_ids later)
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    candidate = torch.tensor([rank if writer else world_size], dtype=torch.int64, device=device)
+    dist.all_reduce(candidate, op=dist.ReduceOp.MIN)
+    found = int(candidate.item())
+    return found if found < world_size else 0
 
 
 def shutdown_distributed() -> None:
