@@ -29,6 +29,8 @@ from typing import Any
 from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
                             ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, short_repr)
 from trainer.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
+from trainer.permissions import (CodePermissionError, code_entry_points,  # noqa: F401 (re-exported)
+                                 require_code_permission)
 from trainer.safe_yaml import YamlError, dump_yaml, load_yaml_file, load_yaml_text
 
 MODEL_TYPES = {
@@ -347,38 +349,6 @@ def shipped_config(env_name: str, settings: dict | None = None) -> TrainConfig:
     path = shipped_config_path(env_name)
     base = read_yaml_mapping(path) if path is not None else {}
     return config_from_dict(merge_settings(base, {"env_name": env_name, **(settings or {})}))
-
-
-# ---------------------------------------------------------------------------------------------
-# Code named in a config: a custom env (`package.module:Class`) or wrappers are imports
-
-
-GYM_PREFIX = "gym:"
-
-
-class CodePermissionError(ConfigError):
-    """A config names Python code to import, and the user has not allowed custom code."""
-
-
-def code_entry_points(config: dict | TrainConfig) -> list[str]:
-    """The `module:Class` entry points a config would import: a custom env and its wrappers."""
-    raw = config.to_dict() if isinstance(config, TrainConfig) else config
-    env_name = str(raw.get("env_name") or raw.get("env") or raw.get("env_id") or "")
-    inner = env_name[len(GYM_PREFIX):] if env_name.startswith(GYM_PREFIX) else env_name
-    wrappers = raw.get("wrappers") or []
-    wrappers = [wrappers] if isinstance(wrappers, str) else list(wrappers) if isinstance(wrappers, list) else []
-    return ([inner] if ":" in inner else []) + [str(item) for item in wrappers]
-
-
-def require_code_permission(config: dict | TrainConfig, allowed: bool, source: str, flag: str) -> None:
-    """Refuse a config (from `source`) that names code to import unless the user allowed it with
-    `flag`. Files are data: a .pth, a run folder or a web form never decide what code runs."""
-    names = code_entry_points(config)
-    if names and not allowed:
-        shown = ", ".join(repr(name[:100]) for name in names[:3])
-        raise CodePermissionError(
-            f"{source} names Python code to import ({shown}); loading it would run that code, so it is refused "
-            f"unless you allow custom envs with {flag}. Built-in games and registered Gymnasium ids always work")
 
 
 # ---------------------------------------------------------------------------------------------
