@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
+import tempfile
+from pathlib import Path
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -37,6 +40,46 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 1 to 65535, got {text!r}")
+    return value
+
+
+class StartupError(Exception):
+    """The studio cannot start as asked; the message is the one line `python app.py` prints."""
+
+
+def check_runs_dir(runs_dir: str) -> None:
+    """The runs folder exists (or can be made) and this process can write into it."""
+    path = Path(runs_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise StartupError(f"--runs-dir {runs_dir}: that is a file, not a folder; pass a folder for the runs")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as error:
+        raise StartupError(f"--runs-dir {runs_dir}: cannot write there ({error.strerror or error}); pass a folder "
+                           "you can write to, or fix its permissions") from None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail before building the page (seconds) when another program already listens on the port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, port))
+    except OSError as error:
+        raise StartupError(f"cannot listen on {host}:{port} ({error.strerror or error}); is another studio "
+                           "running? Pick another --port") from None
+
+
 def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
     """The warning printed when the studio listens beyond this machine without a login."""
     if host in LOCAL_HOSTS or auth is not None:
@@ -56,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only; "
                              "0.0.0.0 opens it to the network, use --auth then)")
-    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--port", type=port_number, default=7860, help="port (default 7860)")
     parser.add_argument("--runs-dir", default="runs", help="folder of run directories (default ./runs)")
     parser.add_argument("--auth", type=parse_auth, default=os.environ.get("RL_STUDIO_AUTH") or None,
                         metavar="USER:PASSWORD",
@@ -80,6 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0.2 <= args.poll_seconds <= 2.0:
         parser.error(f"--poll-seconds must be between 0.2 and 2, got {args.poll_seconds}")
+    try:
+        check_runs_dir(args.runs_dir)
+        check_port_free(args.host, args.port)
+    except StartupError as error:
+        print(f"python app.py: error: {error}", file=sys.stderr)
+        sys.exit(2)
     warning = exposure_warning(args.host, args.auth)
     if warning:
         print(warning, file=sys.stderr)

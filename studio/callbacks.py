@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -29,10 +28,12 @@ from studio.form import (
     validated_config,
     yaml_from_config,
 )
-from studio.runs import RunError, RunManager, RunSnapshot, safe_run_file
+from studio.runs import RunError, RunManager, RunSnapshot, RunState, safe_run_file
+from studio.scratch import ScratchFolder, hide_server_paths
 from studio.system import SystemMonitor
-from trainer.config import config_from_dict, merge_settings
-from trainer.run_dir import checkpoint_folder, config_path, list_checkpoints
+from trainer.config import TrainConfig, config_from_dict, merge_settings
+from trainer.run_dir import atomic_write, checkpoint_folder, config_path, list_checkpoints, safe_name
+from trainer.safe_yaml import MAX_YAML_BYTES
 
 DEFAULT_ENV = "cartpole"
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
@@ -53,8 +54,9 @@ class Studio:
         self.monitor = monitor or SystemMonitor()
         self.poll_seconds = poll_seconds
         self.chart_seconds = chart_seconds
-        # Evaluation GIFs are the studio's own output, not a run's: they go to a temp folder.
-        self.evaluation_dir = Path(tempfile.mkdtemp(prefix="rl-studio-evaluations-"))
+        # Exported YAML and evaluation GIFs are the studio's own output, not a run's: one temp
+        # folder for this studio, reused by every click and removed when the studio exits.
+        self.scratch = ScratchFolder()
 
     # ---- helpers
 
@@ -71,7 +73,7 @@ class Studio:
 
     def _run_files(self, run: RunSnapshot, write_csv: bool) -> dict[str, str | None]:
         csv_path = None
-        if write_csv and run.metrics:
+        if write_csv and run.update_count:
             csv_path = views.write_metrics_csv(run)
         elif (Path(run.run_dir) / "metrics.csv").exists():
             csv_path = str(Path(run.run_dir) / "metrics.csv")
@@ -104,7 +106,7 @@ class Studio:
             return updates, viewed
 
         sources = [run] + [other for other in overlays if other.run_id != run.run_id]
-        chart_key = tuple((source.run_id, len(source.metrics), source.status) for source in sources)
+        chart_key = tuple((source.run_id, source.update_count, source.status) for source in sources)
         curves = [CurveSource(source.run_id, source.metrics) for source in sources]
         # Redrawing plotly charts costs the browser more than anything else on the page: at most
         # every `chart_seconds` while the run trains, and once more when it ends.
@@ -135,7 +137,7 @@ class Studio:
         if not files_due:
             return updates + [gr.skip()] * len(DOWNLOAD_KINDS), viewed
         viewed["files_at"] = time.time()
-        files = self._run_files(run, write_csv=changed("csv", (run.run_id, len(run.metrics), run.is_active)))
+        files = self._run_files(run, write_csv=changed("csv", (run.run_id, run.update_count, run.is_active)))
         for kind in DOWNLOAD_KINDS:
             path = files[kind]
             key = (path, _file_identity(path))
@@ -174,12 +176,23 @@ class Studio:
     def on_start(self, *values):
         """Validate the form and start a run. Returns message, run id, timer, viewed."""
         try:
-            config = validated_config(values, self.allow_custom_envs)
-            state = self.manager.start(config.to_dict())
+            state = self.start_run(validated_config(values, self.allow_custom_envs))
         except USER_ERRORS as error:
             gr.Warning(str(error).splitlines()[0])
             return _message(error), gr.skip(), gr.skip(), gr.skip()
         return (f"Started **{state.run_id}**.", state.run_id, gr.Timer(active=True), {})
+
+    def start_run(self, config: TrainConfig) -> RunState:
+        """Start a validated config: it must fit this machine (trainer.preflight) before a run
+        folder exists, and a runs folder the studio cannot write is a message, not a crash."""
+        from trainer.preflight import check_run_fits
+
+        check_run_fits(config)  # ConfigError naming num_envs / env_kwargs and the numbers
+        try:
+            return self.manager.start(config.to_dict())
+        except OSError as error:
+            raise RunError(f"Could not create a run folder in {self.manager.runs_dir}: "
+                           f"{error.strerror or error}. Check that folder's permissions and free space.") from None
 
     def on_stop(self, run_id: str):
         try:
@@ -201,10 +214,15 @@ class Studio:
     def on_upload_yaml(self, path: str | None):
         if not path:
             return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), gr.skip()
+        name = Path(path).name  # never the server path Gradio stored it under
         try:
+            size = Path(path).stat().st_size
+            if size > MAX_YAML_BYTES:  # checked before reading: a config is a few hundred bytes
+                return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), (
+                    f"**{name} is too large ({size:_} bytes; a config is at most {MAX_YAML_BYTES:_}).**")
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
-            return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), "**That file is not a text (YAML) file.**"
+            return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), f"**{name} is not a text (YAML) file.**"
         return (text, *self.on_load_yaml(text))
 
     def on_export_yaml(self, *values):
@@ -213,9 +231,8 @@ class Studio:
         except USER_ERRORS as error:
             return gr.skip(), gr.skip(), _message(error)
         text = yaml_from_config(config)
-        export_dir = Path(tempfile.mkdtemp(prefix="rl-studio-export-"))
-        path = export_dir / f"{Path(str(config.env_name).replace(':', '_')).name}.yaml"
-        path.write_text(text, encoding="utf-8")
+        name = f"{safe_name(str(config.env_name))}-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        path = atomic_write(self.scratch.file("exports", name), text)
         return text, gr.File(value=str(path), visible=True), "Exported the form as YAML (below, and as a file)."
 
     # ---- the Runs tab
@@ -302,10 +319,12 @@ class Studio:
             else:
                 path = self._run_model_path(run_id, file_name)
             result = evaluate_checkpoint(path, episodes=episodes, deterministic=bool(deterministic),
-                                         allow_custom_envs=self.allow_custom_envs, gif_dir=self.evaluation_dir)
+                                         allow_custom_envs=self.allow_custom_envs,
+                                         gif_path=self.scratch.file("evaluations", f"eval-{time.time_ns()}.gif"))
         except (EvaluationError, *USER_ERRORS) as error:
-            gr.Warning(str(error).splitlines()[0])
-            return _message(error), gr.skip()
+            text = hide_server_paths(str(error), upload)
+            gr.Warning(text.splitlines()[0])
+            return _message(text), gr.skip()
         return result.markdown(), result.gif_path
 
     def _run_model_path(self, run_id: str | None, file_name: str | None) -> str:
@@ -338,7 +357,7 @@ class Studio:
         try:
             raw = merged_settings(tuned_config(env_name), settings or {})
             check_web_safety(raw, self.allow_custom_envs)
-            state = self.manager.start(config_from_dict(raw).to_dict())
+            state = self.start_run(config_from_dict(raw))
         except USER_ERRORS as error:
             raise gr.Error(str(error)) from None
         return views.run_summary(state.snapshot())
@@ -407,7 +426,7 @@ def _file_identity(path: str | None) -> tuple | None:
     return (stat.st_mtime_ns, stat.st_size)
 
 
-def _message(error: Exception) -> str:
+def _message(error: Exception | str) -> str:
     text = str(error).strip()
     first, _, rest = text.partition("\n")
     return f"**{first}**" + (f"\n{rest}" if rest else "")

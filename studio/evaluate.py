@@ -2,18 +2,17 @@
 
 Loading goes through `trainer.load_model` (weights only: a crafted file cannot run code). The
 model's own config names its environment; an entry-point env or wrapper in it (a module the
-server would import) is refused unless the studio runs with --allow-custom-envs, exactly as
-on the Train form.
+server would import) is refused unless the studio runs with --allow-custom-envs
+(trainer.config.require_code_permission, the rule the Train form and Resume use too).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.form import FormError, check_web_safety
+from trainer.config import CodePermissionError, require_code_permission
 
 MAX_EPISODES = 1000
 
@@ -58,9 +57,9 @@ def parse_episodes(value: object) -> int:
 
 
 def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: bool = True,
-                        allow_custom_envs: bool = False, gif_dir: str | Path | None = None,
+                        allow_custom_envs: bool = False, gif_path: str | Path | None = None,
                         gif_max_frames: int = 400) -> EvaluationSummary:
-    """Play the model in `path` for `episodes` episodes; a GIF of the first one goes to `gif_dir`."""
+    """Play the model in `path` for `episodes` episodes; a GIF of the first one goes to `gif_path`."""
     import torch
 
     from trainer.checkpoint import CheckpointError, load_model
@@ -77,17 +76,14 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
     config = dict(model.config or {})
     if not config.get("env_name"):
         raise EvaluationError(f"{Path(path).name} does not say which environment it was trained on.")
-    try:
-        check_web_safety(config, allow_custom_envs)
-    except FormError as error:
+    try:  # the one permission rule (a model file is data); its checkpoint.path is irrelevant here
+        require_code_permission(config, allow_custom_envs, Path(path).name, "`python app.py --allow-custom-envs`")
+    except CodePermissionError as error:
         raise EvaluationError(f"This model's environment cannot be loaded here: {error}") from None
-    gif_path = None
-    if gif_dir is not None:
-        Path(gif_dir).mkdir(parents=True, exist_ok=True)
-        gif_path = Path(gif_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.gif"
     try:
         result = evaluate(model, episodes=episode_count, deterministic=deterministic, gif_path=gif_path,
-                          gif_max_frames=gif_max_frames, max_episode_steps=20_000)
+                          gif_max_frames=gif_max_frames, max_episode_steps=20_000,
+                          allow_custom_code=allow_custom_envs)
     except Exception as error:  # noqa: BLE001 - env construction or playing failed: say so, do not crash
         raise EvaluationError(f"Playing {Path(path).name} failed: {type(error).__name__}: {error}") from None
     return EvaluationSummary(

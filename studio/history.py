@@ -25,6 +25,9 @@ from trainer.run_dir import events_path, find_final_model, latest_checkpoint_pat
 ACTIVE_STATUSES = ("starting", "running", "stopping")
 RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
 LOG_TAIL_LINES = 400
+# Metrics points a run keeps in memory (a multi-hour run logs ~10 KB per update): every point up
+# to the cap, then every 2nd, 4th, ... (the last one always exact). metrics.jsonl keeps them all.
+MAX_METRIC_POINTS = 2000
 TRACEBACK_TAIL_LINES = 15
 INTERRUPTED_MESSAGE = ("This run ended without an end event (its trainer was killed, or the machine stopped). "
                        "Resume continues from the last checkpoint.")
@@ -54,7 +57,11 @@ class RunState:
     total_timesteps: int | None = None
     step: int = 0
     device: str | None = None
-    metrics: list[dict] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)  # downsampled: see keep_metrics
+    metrics_seen: int = 0  # metrics events of this run so far (kept or not)
+    metrics_stride: int = 1  # `metrics` holds every metrics_stride-th of them ...
+    metrics_extra_last: bool = False  # ... plus the latest one, when it is off that grid
+    best_return: float | None = None  # over every metrics event, not only the kept ones
     log_lines: deque = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
     log_count: int = 0
     gifs: list[GifInfo] = field(default_factory=list)
@@ -139,14 +146,37 @@ class RunState:
             # Curves continue from the checkpoint: drop what the interrupted segment logged
             # after it, so no step appears twice.
             self.metrics = [m for m in self.metrics if (m.get("step") or 0) <= resumed_from]
+            self.metrics_extra_last = False  # the latest kept point is now a grid point or close to one
+            returns = [r for r in (_as_float(m.get("episode_return_mean")) for m in self.metrics) if r is not None]
+            self.best_return = max(returns) if returns else None
             self.step = resumed_from
         self.started, self.end_status = True, None
         self.start_count += 1
         self.error_message = self.error_traceback = None
 
     def _on_metrics(self, event: dict, event_time: float) -> None:
-        self.metrics.append(event)
+        self.keep_metrics(event)
+        value = _as_float(event.get("episode_return_mean"))
+        if value is not None and (self.best_return is None or value > self.best_return):
+            self.best_return = value
         self.step = _as_int(event.get("step")) or self.step
+
+    def keep_metrics(self, event: dict) -> None:
+        """Add one metrics event to the bounded, downsampled `metrics`: the first point and the
+        latest are always there, and between them points evenly spaced in updates."""
+        index = self.metrics_seen
+        self.metrics_seen += 1
+        if self.metrics_extra_last:
+            self.metrics.pop()  # the previous latest, kept only because it was the latest
+        self.metrics.append(event)
+        self.metrics_extra_last = index % self.metrics_stride != 0
+        if len(self.metrics) <= MAX_METRIC_POINTS:
+            return
+        grid = self.metrics[:-1] if self.metrics_extra_last else self.metrics
+        self.metrics_stride *= 2
+        thinned = grid[::2]  # grid[k] is event k * stride: the even k are the new grid
+        self.metrics_extra_last = index % self.metrics_stride != 0
+        self.metrics = thinned + [event] if self.metrics_extra_last else thinned
 
     def _on_log(self, event: dict, event_time: float) -> None:
         level = str(event.get("level") or "info")
@@ -176,6 +206,7 @@ class RunState:
     def _on_end(self, event: dict, event_time: float) -> None:
         self.end_status = str(event.get("status") or "failed")
         self.started = False
+        self.stopping = False  # asked of this segment; a later one (a CLI resume) is not stopping
         self.end_count += 1
         self.step = _as_int(event.get("step")) or self.step
         self.final_model = _local_path(self.run_dir, event.get("final_model")) or self.final_model
@@ -195,6 +226,8 @@ class RunState:
                 step=self.step,
                 device=self.device,
                 metrics=list(self.metrics),
+                update_count=self.metrics_seen,
+                best_return=self.best_return,
                 log_tail=list(self.log_lines),
                 log_count=self.log_count,
                 latest_gif=self.gifs[-1] if self.gifs else None,
@@ -242,7 +275,9 @@ class RunSnapshot:
     total_timesteps: int | None
     step: int
     device: str | None
-    metrics: list[dict]
+    metrics: list[dict]  # downsampled to at most MAX_METRIC_POINTS (+1); metrics.jsonl has them all
+    update_count: int
+    best_return: float | None
     log_tail: list[str]
     log_count: int
     latest_gif: GifInfo | None
@@ -283,11 +318,6 @@ class RunSnapshot:
         if not self.total_timesteps:
             return 0.0
         return min(1.0, max(0.0, self.step / self.total_timesteps))
-
-    @property
-    def best_return(self) -> float | None:
-        returns = [r for r in (_as_float(m.get("episode_return_mean")) for m in self.metrics) if r is not None]
-        return max(returns) if returns else None
 
     @property
     def last_return(self) -> float | None:

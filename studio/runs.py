@@ -16,6 +16,8 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -30,17 +32,19 @@ from studio.history import (  # noqa: F401 - re-exported: the studio's names for
     RunSnapshot,
     RunState,
 )
+from trainer.config import CodePermissionError, require_code_permission
 from trainer.run_dir import (
     CONFIG_FILE,
     EVENTS_FILE,
     create_run_dir,
-    latest_checkpoint_path,
+    RunOwner,
     live_owner,
     read_config,
     write_config,
 )
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+MAX_RUN_ID_LENGTH = 200  # a folder name (at most 255 bytes on common file systems)
 
 # (config_dict, run_dir, queue, stop_event, resume); the studio passes queue=None: it reads
 # the run's events from metrics.jsonl, as it does for every run.
@@ -71,9 +75,12 @@ def validate_run_id(run_id: object) -> str:
     if not isinstance(run_id, str) or not run_id.strip():
         raise RunError("No run selected: pick a run first.")
     run_id = run_id.strip()
+    if len(run_id) > MAX_RUN_ID_LENGTH:  # longer than a file name may be: never touch the disk with it
+        raise RunError(f"That run id is {len(run_id):_} characters long ({run_id[:40]!r}...); run ids are at "
+                       f"most {MAX_RUN_ID_LENGTH} characters. Pick a run from the list.")
     if not RUN_ID_PATTERN.fullmatch(run_id) or run_id in (".", ".."):
         raise RunError(
-            f"{run_id!r} is not a valid run id: run ids only contain letters, digits, "
+            f"{run_id[:80]!r} is not a valid run id: run ids only contain letters, digits, "
             "'.', '_' and '-'."
         )
     return run_id
@@ -103,6 +110,21 @@ def safe_run_file(runs_dir: Path, path: str | os.PathLike | None) -> str | None:
     return str(candidate.resolve())
 
 
+def stoppable_trainer(owner: RunOwner) -> bool:
+    """Whether the studio may send SIGTERM to `owner`: a live Python process on this host that is
+    not the studio itself. owner.json is a file anyone could write, so it must not be able to
+    make the studio signal an unrelated process."""
+    if owner.host != socket.gethostname() or owner.pid in (os.getpid(), 0, 1):
+        return False
+    try:
+        import psutil
+
+        command = " ".join(psutil.Process(owner.pid).cmdline())
+    except Exception:  # noqa: BLE001 - gone, not ours, or no psutil: do not signal it
+        return False
+    return "python" in command.lower() and ("trainer" in command or "multiprocessing" in command)
+
+
 # --------------------------------------------------------------------------- the manager
 
 
@@ -128,12 +150,14 @@ class RunManager:
         max_concurrent_runs: int = 2,
         target: TrainerTarget | None = None,
         start_method: str = "spawn",
+        allow_custom_envs: bool = False,
     ):
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be at least 1, got {max_concurrent_runs}")
         self.runs_dir = Path(runs_dir).expanduser().resolve()
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.max_concurrent_runs = max_concurrent_runs
+        self.allow_custom_envs = allow_custom_envs  # may a run folder's config name code (resume)?
         self._target = target
         self._context = multiprocessing.get_context(start_method)
         self._lock = threading.RLock()
@@ -180,11 +204,13 @@ class RunManager:
                     "runs can be resumed. Start a new run to train further."
                 )
             config = read_config(run_dir) or snapshot.config
-            if latest_checkpoint_path(run_dir, config) is None:
-                raise RunError(
-                    f"Run {run_id} has no checkpoint to resume from (it ended before its first "
-                    "checkpoint). Start a new run instead."
-                )
+            # A run folder is data: an entry point in its config.yaml runs code only with permission.
+            try:
+                require_code_permission(config, self.allow_custom_envs, f"Run {run_id}'s config.yaml",
+                                        "`python app.py --allow-custom-envs`")
+            except CodePermissionError as error:
+                raise RunError(str(error)) from None
+            # No checkpoint (it died before its first one): the trainer starts it again from step 0.
             self._check_capacity()
             state = self._followers[run_id].state
             state.config = config
@@ -198,6 +224,14 @@ class RunManager:
             active = self._active.get(run_id)
             if active is None:
                 owner = live_owner(run_dir) if run_dir.is_dir() else None
+                if owner is not None and stoppable_trainer(owner):
+                    # Adopted (an earlier studio, the CLI): a trainer treats SIGTERM as a clean stop.
+                    os.kill(owner.pid, signal.SIGTERM)
+                    state = self._refreshed(run_id, run_dir)
+                    with state.lock:
+                        state.stopping = True
+                        state.settle()
+                    return state
                 where = f" here; it is trained by {owner.describe()}: stop it there" if owner else ", so there is nothing to stop"
                 raise RunError(f"Run {run_id} is not running{where}.")
             active.stop_event.set()

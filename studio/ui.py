@@ -230,6 +230,10 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         eval_message = gr.Markdown(elem_id="eval-message")
                         eval_gif = gr.Image(label="The agent playing", type="filepath", interactive=False,
                                             height=380, elem_id="eval-gif")
+            with gr.Tab("Watch", id="watch") as watch_tab:  # studio/watch.py: live play, ONNX, policy server
+                from studio.watch import build_watch_tab
+
+                build_watch_tab(manager, allow_custom_envs, watch_tab)
 
         timer = gr.Timer(poll_seconds, active=False)
         form_inputs = [controls[form_field.key] for form_field in FORM_FIELDS]
@@ -313,10 +317,14 @@ def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
            auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
            allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb") -> None:
     """Build the studio and serve it until Ctrl-C; running trainers are then stopped (saving models)."""
-    manager = RunManager(runs_dir, max_concurrent_runs=max_concurrent_runs)
+    manager = RunManager(runs_dir, max_concurrent_runs=max_concurrent_runs, allow_custom_envs=allow_custom_envs)
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds)
     demo.queue(default_concurrency_limit=4)
     try:
-        demo.launch(**launch_options(host, port, auth, [str(manager.runs_dir)], max_upload_size))
+        options = launch_options(host, port, auth, [str(manager.runs_dir)], max_upload_size)
+        from studio.metrics import metrics_route  # GET /metrics (Prometheus), same --auth as the page
+
+        options["app_kwargs"]["routes"] = [metrics_route(manager, auth)]
+        demo.launch(**options)
     finally:
         manager.shutdown()

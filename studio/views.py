@@ -9,12 +9,14 @@ from __future__ import annotations
 import csv
 import html
 import io
+import json
 import os
 from pathlib import Path
 from typing import Sequence
 
 from studio.runs import GifInfo, RunSnapshot
-from trainer.run_dir import atomic_write, log_path, metrics_csv_path
+from studio.warnings import log_with_warnings, troubles, warning_banner
+from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path
 
 METRIC_COLUMNS = (
     "step", "update", "time", "elapsed", "fps", "episodes", "episode_return_mean",
@@ -74,6 +76,7 @@ def status_html(run: RunSnapshot | None) -> str:
         parts.append(f'<div class="run-error">{html.escape(run.error_message)}</div>')
     if run.error_traceback:
         parts.append(f'<pre class="run-traceback">{html.escape(run.error_traceback)}</pre>')
+    parts.append(warning_banner(run))  # studio/warnings.py: falling return, non-finite losses
     parts.append("</div>")
     return "".join(parts)
 
@@ -118,10 +121,10 @@ def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
             log_file.seek(max(0, path.stat().st_size - max_bytes))
             text = log_file.read().decode("utf-8", errors="replace")
     except OSError:
-        return "\n".join(run.log_tail[-lines:])
+        return "\n".join(log_with_warnings(run.log_tail[-lines:], run))
     # Paths inside the run folder are shown relative to it: shorter lines, same information.
     text = text.replace(str(Path(run.run_dir).resolve()) + os.sep, "").replace(str(run.run_dir) + os.sep, "")
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(log_with_warnings(text.splitlines()[-lines:], run))
 
 
 def log_html(text: str) -> str:
@@ -136,8 +139,8 @@ def log_identity(run: RunSnapshot) -> tuple:
     try:
         stat = log_path(run.run_dir).stat()
     except OSError:
-        return (run.run_id, run.log_count)
-    return (run.run_id, stat.st_size, stat.st_mtime_ns)
+        return (run.run_id, run.log_count, len(troubles(run)))
+    return (run.run_id, stat.st_size, stat.st_mtime_ns, len(troubles(run)))  # a new warning is a new log line
 
 
 def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:
@@ -159,18 +162,30 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> 
     return note
 
 
-def metrics_csv_text(metrics: Sequence[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=METRIC_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for event in metrics:
-        writer.writerow({key: "" if event.get(key) is None else event.get(key) for key in METRIC_COLUMNS})
-    return buffer.getvalue()
-
-
 def write_metrics_csv(run: RunSnapshot) -> str:
-    """Write `<run_dir>/metrics.csv` (atomically) from the run's metrics; return its path."""
-    return str(atomic_write(metrics_csv_path(run.run_dir), metrics_csv_text(run.metrics)))
+    """Write `<run_dir>/metrics.csv` (atomically) from every metrics event in metrics.jsonl (the
+    studio's in-memory curve is downsampled); streamed, so a long run's file is never held whole."""
+    def write(file) -> None:
+        text = io.TextIOWrapper(file, encoding="utf-8", newline="")
+        writer = csv.DictWriter(text, fieldnames=METRIC_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        try:
+            with open(events_path(run.run_dir), encoding="utf-8", errors="replace") as events:
+                for line in events:
+                    if '"metrics"' not in line:  # cheap filter before parsing
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except json.JSONDecodeError:  # a torn last line
+                        continue
+                    if isinstance(event, dict) and event.get("type") == "metrics":
+                        writer.writerow({key: "" if event.get(key) is None else event.get(key) for key in METRIC_COLUMNS})
+        except OSError:
+            pass  # no metrics.jsonl yet: the header alone
+        text.flush()
+        text.detach()  # atomic_write flushes and closes the binary file itself
+
+    return str(atomic_write(metrics_csv_path(run.run_dir), write))
 
 
 def run_summary(run: RunSnapshot) -> dict:
@@ -190,7 +205,7 @@ def run_summary(run: RunSnapshot) -> dict:
         "eta_seconds": None if run.eta_seconds is None else round(run.eta_seconds, 1),
         "last_return": run.last_return,
         "best_return": run.best_return,
-        "updates": len(run.metrics),
+        "updates": run.update_count,
         "last_metrics": last_metrics,
         "latest_gif_step": run.latest_gif.step if run.latest_gif else None,
         "final_model": Path(run.final_model).name if run.final_model else None,

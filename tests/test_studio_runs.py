@@ -234,11 +234,18 @@ def test_resume_continues_from_the_last_checkpoint_without_duplicate_steps(tmp_p
         manager.resume(state.run_id)
 
 
-def test_resume_without_checkpoint_says_so(tmp_path):
-    manager = RunManager(tmp_path, target=fake_failing_trainer)
-    run = wait_until_ended(manager, manager.start(CONFIG).run_id)
-    with pytest.raises(RunError, match="no checkpoint"):
-        manager.resume(run.run_id)
+def test_a_run_that_died_before_its_first_checkpoint_resumes_from_step_0_in_place(tmp_path):
+    first = RunManager(tmp_path, target=fake_failing_trainer)
+    dead = wait_until_ended(first, first.start(CONFIG).run_id)
+    assert dead.status == "failed" and dead.latest_checkpoint is None
+    manager = RunManager(tmp_path)  # the real trainer
+    manager.resume(dead.run_id)
+    run = wait_until_ended(manager, dead.run_id)
+    assert run.status == "finished", run.error_message
+    assert run.step >= CONFIG["total_timesteps"] and run.final_model
+    steps = [m["step"] for m in run.metrics]
+    assert steps == sorted(set(steps)) and steps[0] > 0
+    assert any("training it again from step 0" in line for line in run.log_tail)
 
 
 def test_delete_removes_the_run_folder(tmp_path):

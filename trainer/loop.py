@@ -223,7 +223,7 @@ class TrainingSession:
             statistics = self.train_one_update()        # collect -> advantages -> update
             self.global_step += self.steps_per_update
             self.emit_metrics(statistics)
-            if self._writes_files and config.checkpoint.interval and self.update % config.checkpoint.interval == 0:
+            if self._writes_files and self._checkpoint_due():
                 self.save_checkpoint()
                 last_checkpoint_update = self.update
             if self.gif_recorder is not None and self.gif_budget.due(self.update, self.training_seconds(),
@@ -271,6 +271,12 @@ class TrainingSession:
         if not self.config.anneal_lr:
             return self.base_learning_rate
         return self.base_learning_rate * (1.0 - (self.update - 1) / self.num_updates)
+
+    def recount_updates(self) -> None:
+        """After a restore: the world size may have changed (an elastic re-formation), so the
+        steps still missing to `total_timesteps` decide how many updates remain."""
+        remaining = max(0, self.config.total_timesteps - self.global_step)
+        self.num_updates = self.update + -(-remaining // self.steps_per_update)
 
     def extend(self, timesteps: int) -> None:
         """Train `timesteps` more steps (rounded up to whole updates) on the next run()."""
@@ -365,7 +371,14 @@ class TrainingSession:
 
     # -- saving and resuming (the payloads: trainer/resume.py) -------------------------------------
 
+    def _checkpoint_due(self) -> bool:
+        """Every `checkpoint.interval` updates, or `checkpoint.interval_seconds` after the last one."""
+        every, seconds = self.config.checkpoint.interval, self.config.checkpoint.interval_seconds
+        last = getattr(self, "_last_checkpoint_at", self.session_started)
+        return bool(every and self.update % every == 0) or bool(seconds and time.perf_counter() - last >= seconds)
+
     def save_checkpoint(self) -> Path:
+        self._last_checkpoint_at = time.perf_counter()
         folder = checkpoint_folder(self.run_dir, self.config)
         path = atomic_save(checkpoint_payload(self), checkpoint_path(folder, self.global_step))
         prune_checkpoints(folder, self.config.checkpoint.keep)
@@ -381,6 +394,8 @@ class TrainingSession:
         """Continue from the newest loadable checkpoint of this run; a run that died before its
         first checkpoint starts again from step 0 in its own folder (nothing to lose)."""
         folder = checkpoint_folder(self.run_dir, self.config)
+        if self.context is not None:  # the writer reads the disk; ranks on other machines get its checkpoint
+            return self.context.restore_from_main(self, folder)
         if not list_checkpoints(folder):
             if self.is_main:
                 dropped = trim_events_after(self.run_dir / "metrics.jsonl", 0)
@@ -389,6 +404,7 @@ class TrainingSession:
                                           + (f" ({dropped} events of the earlier attempt dropped)" if dropped else ""))
             return
         path = restore_latest(self, folder)
+        self.recount_updates()
         if self.is_main:
             dropped = trim_events_after(self.run_dir / "metrics.jsonl", self.global_step)
             self._pending_logs.append(f"resumed from {path} at step {self.global_step}" + (

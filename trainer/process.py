@@ -7,12 +7,13 @@
 It imports no UI code. Events go to the run directory (metrics.jsonl, train.log), where the
 studio reads them, and to `queue` if one is given. Any exception becomes an `error` event with
 its traceback, and the last event is always `end` (in metrics.jsonl only for a run folder it
-started: a failure to resume is never appended to another run's history). Setting `stop_event` (or Ctrl-C in the terminal that runs the studio) stops the
-run cleanly after the current update, with a checkpoint and the final model.
+started: a failure to resume is never appended to another run's history). Setting `stop_event`,
+SIGTERM, Ctrl-C in the terminal that runs the studio, or the death of the studio itself
+(trainer/signals.py) stops the run cleanly after the current update, with a checkpoint, the final
+model and the `end` event: a trainer is never left running with nobody to stop it.
 """
 from __future__ import annotations
 
-import signal
 import traceback
 from pathlib import Path
 
@@ -33,22 +34,13 @@ class _EndWatcher:
 def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False) -> None:
     from trainer.events import EventBus, JsonlSink, LogSink, QueueSink
     from trainer.run_dir import events_path, log_path
+    from trainer.signals import StopRequest
 
     watcher = _EndWatcher()
     sinks = [watcher] + ([QueueSink(queue)] if queue is not None else [])
-    interrupted = {"flag": False}
-
-    def request_stop(signum, frame) -> None:  # Ctrl-C reaches the whole process group
-        interrupted["flag"] = True
-
-    try:
-        signal.signal(signal.SIGINT, request_stop)
-        signal.signal(signal.SIGTERM, request_stop)
-    except ValueError:  # not the main thread (tests may call this in a thread)
-        pass
-
-    def should_stop() -> bool:
-        return interrupted["flag"] or bool(stop_event is not None and stop_event.is_set())
+    should_stop = StopRequest(stop_event)
+    should_stop.install_signals()  # False in a thread (tests): the stop event still works
+    should_stop.watch_parent()
 
     try:
         from trainer.loop import train

@@ -1,0 +1,54 @@
+"""What the studio writes outside run folders, and what it shows of server paths.
+
+`ScratchFolder`: one temporary folder per studio process (exported YAML, evaluation GIFs), reused
+by every click and removed when the process exits, so no `rl-studio-*` folder piles up in /tmp.
+`hide_server_paths`: messages name an uploaded file by its own name, never by where Gradio put
+it on the server (/tmp/gradio/<sha256>/...).
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+KEEP_FILES = 20  # per kind: enough for every tab open at once to still show its latest file
+
+_TEMP_PATH = re.compile(r"(?:/[^\s'\"/:]+)*/(?:gradio|tmp[^\s'\"/]*)/[^\s'\"]*")
+
+
+class ScratchFolder:
+    """A temporary folder for this studio process; `file(kind, name)` paths inside it."""
+
+    def __init__(self, prefix: str = "rl-studio-"):
+        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+        # Removed at interpreter exit, or when the studio object goes away (tests build many).
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), True)
+        atexit.register(self._finalizer)
+
+    def file(self, kind: str, name: str) -> Path:
+        """A path for a new file `name` under `kind`/, dropping all but the newest KEEP_FILES there."""
+        folder = self.path / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        existing = sorted((entry for entry in folder.iterdir() if entry.is_file()), key=lambda p: p.stat().st_mtime)
+        for old in existing[:-KEEP_FILES + 1] if len(existing) >= KEEP_FILES else []:
+            old.unlink(missing_ok=True)
+        return folder / name
+
+    def cleanup(self) -> None:
+        self._finalizer()
+
+
+def hide_server_paths(text: str, *paths: str | Path | None) -> str:
+    """`text` with each of `paths` replaced by its file name, and any other temp-folder path too."""
+    for path in paths:
+        if path:
+            text = text.replace(str(path), Path(path).name)
+            try:
+                text = text.replace(str(Path(path).resolve()), Path(path).name)
+            except OSError:
+                pass
+    return _TEMP_PATH.sub(lambda match: Path(match.group(0)).name, text)
