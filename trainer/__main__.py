@@ -5,6 +5,8 @@
     python -m trainer evaluate runs/<run_id>/cartpole_ppo_final.pth --episodes 100 [--gif play.gif]
     python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details]
     python -m trainer serve runs/<run_id> [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+    python -m trainer --config configs/cartpole.yaml --nproc 2      (torch's elastic launcher)
+    python -m trainer master --config cluster.yaml / worker --master HOST:54321  (docs/readme/cluster.md)
     torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
 
 Ctrl-C stops after the current update and saves a checkpoint and the final model (press it
@@ -40,6 +42,8 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-custom-envs", action="store_true",
                         help="let --resume import a `module:Class` env or wrappers named in the run's config.yaml "
                              "(a run folder is data: without this flag such code is refused)")
+    parser.add_argument("--nproc", type=int, default=None, help="training processes on this machine, started "
+                        "through torch's elastic launcher (default: nproc_per_node)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve Prometheus metrics at http://HOST:PORT/metrics while training (rank 0; "
@@ -78,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         import importlib  # each one's parser and command live beside the code it runs
 
         return importlib.import_module(f"trainer.{argv[0]}").command(argv[1:])
+    if argv and argv[0] in ("master", "worker", "_rank"):  # the elastic cluster: trainer/launch.py
+        from trainer import launch
+
+        return getattr(launch, f"{argv[0].lstrip('_')}_command")(argv[1:])
     if argv and argv[0] == "train":
         argv = argv[1:]
     return train_command(argv)
@@ -175,6 +183,10 @@ def train_command(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
 
+    from trainer.launch import launch_here, launched_by_elastic, ranks_wanted
+
+    if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():
+        return launch_here(config, args, ranks_wanted(config, args.nproc))
     from trainer.distributed import setup_distributed, shutdown_distributed
     from trainer.loop import ResumeError, train
     from trainer.run_dir import RunOwnedError, create_run_dir

@@ -88,6 +88,28 @@ class DistributedContext:
                          for value in host[len(totals):len(totals) + len(recent)]]
         return host[:len(totals)], merged_recent
 
+    def restore_from_main(self, session, folder) -> None:
+        """Resume every rank from the writer's newest checkpoint (read from its disk, broadcast),
+        so ranks on machines without the run folder continue too; no checkpoint: step 0."""
+        from trainer.checkpoint import latest_checkpoint
+        from trainer.events import trim_events_after
+        from trainer.resume import restore
+
+        found = latest_checkpoint(folder, map_location="cpu") if self.is_main else None
+        found = self.broadcast_object((str(found[0]), found[1]) if found else None)
+        step = 0
+        if found is not None:
+            payload = found[1]
+            payload["env_state"] = _to_device(payload.get("env_state"), session.device)
+            restore(session, payload, found[0])
+            step = session.global_step
+            session.recount_updates()
+        if self.is_main:
+            dropped = trim_events_after(session.run_dir / "metrics.jsonl", step)
+            session._pending_logs.append(
+                (f"resumed from {found[0]} at step {step} on {self.world_size} ranks" if found else
+                 "no checkpoint yet: training from step 0") + (f" ({dropped} events after it dropped)" if dropped else ""))
+
     def barrier(self) -> None:
         import torch.distributed as dist
 
@@ -144,3 +166,14 @@ def shutdown_distributed() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _to_device(value, device):
+    """A broadcast checkpoint's tensors onto this rank's device (next_obs, env state)."""
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {name: _to_device(item, device) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(item, device) for item in value)
+    return value

@@ -1,0 +1,373 @@
+"""The cluster's shared state, on torch.distributed's own c10d rendezvous store: the guide's
+cluster file, the run's token, the node table and the connect / lost lines.
+
+The master process hosts the TCPStore that c10d rendezvous uses (bound to the one address it is
+given) and writes into it, before any agent starts: the run's config (YAML), the run folder, the
+run id and a random nonce. Every elastic agent (the master's own and each worker's) goes through
+`GuardedRendezvousHandler`, the c10d dynamic rendezvous with one step in front of it: the node
+writes a join request with HMAC-SHA256(token, nonce + node id) and waits for the master's
+verdict; only then does it enter the rendezvous. A wrong token is refused there, with a message
+on both sides, before the node is counted or gets a rank. (The store itself is a plain TCP
+service: the token keeps out machines that were not meant to join, not an attacker on the
+network; see docs/readme/cluster.md for encryption.)
+
+The master's `NodeMonitor` thread answers join requests, watches each node's heartbeat, logs
+`Worker connected: ...` / `Worker lost: ...` and keeps `<run_dir>/nodes.json` (the studio's node
+table) up to date with atomic writes.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from trainer.checks import ConfigError, short_repr
+
+DEFAULT_PORT = 54321
+TOKEN_ENV = "RL_STUDIO_TOKEN"
+CLUSTER_SECTIONS = ("master", "workers", "communication")
+NODES_FILE = "nodes.json"
+HEARTBEAT_SECONDS = 2.0
+LOST_AFTER_SECONDS = 10.0
+VERDICT_TIMEOUT = timedelta(seconds=30)
+KEY = "rl_studio/"          # every key we add to the rendezvous store starts with this
+
+
+# ---------------------------------------------------------------------------------------------
+# The guide's cluster file: training keys plus master / workers / communication
+
+
+@dataclass
+class ClusterFile:
+    host: str | None = None
+    port: int = DEFAULT_PORT
+    workers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # keys that mean nothing here, said once each
+
+
+def split_cluster_file(raw: dict) -> tuple[dict, ClusterFile]:
+    """(the training keys, the cluster sections) of a master's YAML mapping. Keys of the guide's
+    sections that have no meaning here earn a note, never an error; a bad host or port is one."""
+    train = {name: value for name, value in raw.items() if name not in CLUSTER_SECTIONS}
+    cluster = ClusterFile()
+    master = _section(raw, "master")
+    if "host" in master:
+        if not isinstance(master["host"], str) or not master["host"].strip():
+            raise ConfigError(f"master.host must be an address such as \"192.168.1.100\", got {short_repr(master['host'])}")
+        cluster.host = master["host"].strip()
+    if "port" in master:
+        cluster.port = parse_port(master["port"], "master.port")
+    cluster.notes += [f"master.{name}: not a setting here (master takes host and port); ignored"
+                      for name in master if name not in ("host", "port")]
+    workers = raw.get("workers") or []
+    if not isinstance(workers, list):
+        raise ConfigError(f"workers must be a list such as [{{host: 192.168.1.101}}], got {short_repr(workers)}")
+    for item in workers:
+        host = item.get("host") if isinstance(item, dict) else item
+        if not isinstance(host, str):
+            raise ConfigError(f"workers: each entry needs a host, e.g. - host: \"192.168.1.101\"; got {short_repr(item)}")
+        cluster.workers.append(host)
+    if cluster.workers:
+        cluster.notes.append(f"workers: {', '.join(cluster.workers)} are not contacted by the master; start "
+                             f"`python -m trainer worker --master <this host>:{cluster.port}` on each of them")
+    communication = _section(raw, "communication")
+    meaning = {"protocol": "ranks talk through torch.distributed (gloo on CPU, nccl on GPUs), not {value}",
+               "batch_size": "the batch per rank is num_envs x num_steps, not {value}"}
+    cluster.notes += [f"communication.{name}: {meaning.get(name, 'not a setting here ({value})').format(value=value)}"
+                      f"; ignored" for name, value in communication.items()]
+    return train, cluster
+
+
+def _section(raw: dict, name: str) -> dict:
+    value = raw.get(name) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a mapping (e.g. {name}: {{host: ..., port: ...}}), got {short_repr(value)}")
+    return value
+
+
+def parse_port(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() \
+            or not 1 <= int(value) <= 65535:
+        raise ConfigError(f"{name} must be a TCP port between 1 and 65535 (the guide uses 54321), got {short_repr(value)}")
+    return int(value)
+
+
+def parse_endpoint(text: str, name: str = "--master") -> tuple[str, int]:
+    """'192.168.1.100:54321' -> ('192.168.1.100', 54321); the port defaults to 54321."""
+    host, _, port = str(text).rpartition(":") if ":" in str(text) else (str(text), "", str(DEFAULT_PORT))
+    if not host:
+        raise ConfigError(f"{name} expects HOST:PORT, e.g. 192.168.1.100:{DEFAULT_PORT}; got {short_repr(text)}")
+    return host.strip("[]"), parse_port(port, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# The token
+
+
+def resolve_token(given: str | None, generate: bool) -> str | None:
+    """--token, else RL_STUDIO_TOKEN, else (the master only) a new random token."""
+    token = given or os.environ.get(TOKEN_ENV)
+    if not token and generate:
+        token = secrets.token_urlsafe(16)
+    return token
+
+
+def proof(token: str, nonce: str, node_id: str) -> str:
+    return hmac.new(token.encode(), f"{nonce}/{node_id}".encode(), hashlib.sha256).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+
+
+def host_store(host: str, port: int):
+    """The rendezvous TCPStore, served by this process on exactly `host`:`port` (the socket is
+    bound here and handed to the store, so it listens on no other address)."""
+    from torch.distributed import TCPStore
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise ConfigError(f"cannot listen on {host}:{port} ({error.strerror}); give an address of this machine "
+                          f"with --host and a free port with --port") from None
+    listener.listen(128)
+    listener.set_inheritable(False)
+    store = TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60),
+                     master_listen_fd=listener.detach(), use_libuv=True)
+    return store
+
+
+def connect_store(host: str, port: int, timeout: float = 60.0):
+    from torch.distributed import TCPStore
+
+    try:
+        return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout))
+    except (RuntimeError, OSError) as error:
+        raise ConfigError(f"cannot reach the master at {host}:{port} ({str(error).splitlines()[0][:200]}); is "
+                          f"`python -m trainer master` running there, and is the port open?") from None
+
+
+def store_get(store, name: str) -> str:
+    return store.get(KEY + name).decode()
+
+
+def publish_run(store, config_yaml: str, run_dir: Path, run_id: str, token: str) -> None:
+    """What the master tells every node before it joins (the nonce: for the token proofs)."""
+    store.set(KEY + "config", config_yaml)
+    store.set(KEY + "run_dir", str(run_dir))
+    store.set(KEY + "run_id", run_id)
+    store.set(KEY + "nonce", secrets.token_hex(16))
+    store.set(KEY + "master_proof", proof(token, store_get(store, "nonce"), "master"))
+
+
+def local_address(master_host: str, master_port: int) -> str:
+    """This machine's address on the route to the master (what the master's log calls the node)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in master_host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master_host, master_port))
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostname()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every agent's rendezvous: token first, then c10d
+
+
+class RefusedError(RuntimeError):
+    """The master refused this node (wrong token)."""
+
+
+def request_admission(store, token: str, host: str, nproc: int) -> str:
+    """Ask the master to admit this node; returns the node id, raises RefusedError with the reason."""
+    node_id = f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
+    index = store.add(KEY + "joins", 1)
+    store.set(KEY + f"join/{index}", json.dumps({"node": node_id, "host": host, "hostname": socket.gethostname(),
+                                                 "nproc": nproc, "proof": proof(token or "", store_get(store, "nonce"),
+                                                                                node_id)}))
+    verdict_key = KEY + f"verdict/{node_id}"
+    try:
+        store.wait([verdict_key], VERDICT_TIMEOUT)
+    except RuntimeError:
+        raise RefusedError("the master did not answer the join request within 30 s (is it still running?)") from None
+    verdict = store.get(verdict_key).decode()
+    if verdict != "ok":
+        raise RefusedError(verdict)
+    return node_id
+
+
+def start_heartbeat(store, node_id: str) -> threading.Thread:
+    def beat() -> None:
+        while True:
+            try:
+                store.set(KEY + f"alive/{node_id}", str(time.time()))
+            except Exception:  # noqa: BLE001 - the master is gone: the agent finds out by itself
+                return
+            time.sleep(HEARTBEAT_SECONDS)
+    thread = threading.Thread(target=beat, name="rl-studio-heartbeat", daemon=True)
+    thread.start()
+    return thread
+
+
+def register_guarded_rendezvous(token: str | None, host: str, nproc: int) -> str:
+    """Register the `rl-studio` rendezvous backend (c10d behind the token check) for this
+    process's elastic agent; returns the backend name for LaunchConfig."""
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    def create(params):
+        backend, store = create_backend(params)
+        try:
+            node_id = request_admission(store, token or "", host, nproc)
+        except RefusedError as error:
+            from torch.distributed.elastic.rendezvous import RendezvousError
+
+            raise RendezvousError(f"refused by the master at {params.endpoint}: {error}") from None
+        start_heartbeat(store, node_id)
+        handler = create_handler(store, backend, params)
+        handler.get_backend = lambda: name   # the registry checks the handler answers to its name
+        return handler
+
+    name = "rl-studio"
+    if name not in rendezvous_handler_registry._registry:
+        rendezvous_handler_registry.register(name, create)
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# The master's view of the nodes
+
+
+@dataclass
+class Node:
+    node: str
+    host: str
+    hostname: str
+    nproc: int
+    since: float
+    last_beat: float
+    lost: bool = False
+
+
+class NodeMonitor:
+    """Runs in the master process beside its agent: admits or refuses join requests, logs
+    connect / lost lines, writes nodes.json."""
+
+    def __init__(self, store, token: str, run_dir: Path, min_nodes: int, max_nodes: int,
+                 log: Callable[[str], None], master_address: str):
+        self.store, self.token, self.run_dir = store, token, run_dir
+        self.min_nodes, self.max_nodes, self.log = min_nodes, max_nodes, log
+        self.master_address = master_address
+        self.nodes: dict[str, Node] = {}
+        self.lines: list[str] = []
+        self.seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rl-studio-nodes", daemon=True)
+
+    def start(self) -> "NodeMonitor":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll()
+        self.write_table(finished=True)
+
+    def say(self, line: str) -> None:
+        self.lines = (self.lines + [time.strftime("%Y-%m-%d %H:%M:%S ") + line])[-200:]
+        self.log(line)
+
+    def live(self) -> list[Node]:
+        return [node for node in self.nodes.values() if not node.lost]
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.poll()
+                self.write_table()
+            except Exception as error:  # noqa: BLE001 - the table must never stop training
+                self.log(f"node table: {type(error).__name__}: {error}")
+
+    def poll(self) -> None:
+        nonce = store_get(self.store, "nonce")
+        count = self.store.add(KEY + "joins", 0)
+        while self.seen < count:
+            self.seen += 1
+            request = json.loads(self.store.get(KEY + f"join/{self.seen}"))
+            expected = proof(self.token, nonce, request["node"])
+            if not hmac.compare_digest(expected, str(request.get("proof", ""))):
+                self.store.set(KEY + f"verdict/{request['node']}",
+                               "wrong token: give this run's token with --token or RL_STUDIO_TOKEN (the master "
+                               "printed it when it started)")
+                self.say(f"Worker refused: {request['host']} (wrong token)")
+                continue
+            now = time.time()
+            self.nodes[request["node"]] = Node(request["node"], request["host"], request.get("hostname", ""),
+                                               int(request["nproc"]), now, now)
+            self.store.set(KEY + f"verdict/{request['node']}", "ok")
+            self.say(f"Worker connected: {request['host']} ({request['nproc']} processes); "
+                     f"{len(self.live())} of {self.min_nodes}..{self.max_nodes} nodes")
+        for node in self.live():
+            key = KEY + f"alive/{node.node}"
+            if self.store.check([key]):
+                node.last_beat = float(self.store.get(key))
+            if time.time() - node.last_beat > LOST_AFTER_SECONDS:
+                node.lost = True
+                self.say(f"Worker lost: {node.host}")
+
+    def write_table(self, finished: bool = False) -> None:
+        from trainer.run_dir import atomic_write
+
+        if not self.run_dir.is_dir():
+            return
+        fps = _last_fps(self.run_dir / "metrics.jsonl")
+        live = self.live()
+        world = sum(node.nproc for node in live)
+        rows = [{"host": node.host, "hostname": node.hostname, "ranks": node.nproc,
+                 "steps_per_second": round(fps * node.nproc / world, 1) if fps and world else None,
+                 "connected_since": node.since, "lost": node.lost} for node in self.nodes.values()]
+        atomic_write(self.run_dir / NODES_FILE, json.dumps({
+            "master": self.master_address, "world_size": world, "nodes": rows, "log": self.lines,
+            "min_nodes": self.min_nodes, "max_nodes": self.max_nodes, "finished": finished,
+            "updated": time.time()}, indent=1))
+
+
+def _last_fps(metrics: Path) -> float | None:
+    """The newest `fps` in metrics.jsonl (read from the end: the file grows all run long)."""
+    try:
+        with open(metrics, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 8192))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") == "metrics" and event.get("fps") is not None:
+            return float(event["fps"])
+    return None
+
+
+def read_nodes(run_dir: str | Path) -> dict | None:
+    """The node table a master keeps in a run folder (None for a run without one)."""
+    try:
+        return json.loads((Path(run_dir) / NODES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
