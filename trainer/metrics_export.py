@@ -85,17 +85,22 @@ def exported_names() -> set[str]:
 # The warnings the studio shows and the alerts fire on: one definition of each
 
 
+def falling_streaks(returns: Iterable[float | None]) -> list[int]:
+    """For each update, how many consecutive updates up to it the return fell. An update without
+    a value (no episode ended yet) neither extends nor breaks a streak: it repeats the last count."""
+    streaks, previous, streak = [], None, 0
+    for value in returns:
+        if value is not None and math.isfinite(value):
+            streak = streak + 1 if previous is not None and value < previous else 0
+            previous = value
+        streaks.append(streak)
+    return streaks
+
+
 def falling_streak(returns: Iterable[float | None]) -> int:
-    """How many consecutive updates, counted back from the latest, the return fell. Updates
-    without a value (no episode ended yet) are skipped: they neither extend nor break a streak."""
-    values = [value for value in returns if value is not None and math.isfinite(value)]
-    streak = 0
-    for index in range(len(values) - 1, 0, -1):
-        if values[index] < values[index - 1]:
-            streak += 1
-        else:
-            break
-    return streak
+    """How many consecutive updates, counted back from the latest, the return fell."""
+    streaks = falling_streaks(returns)
+    return streaks[-1] if streaks else 0
 
 
 def nonfinite_losses(metrics: dict) -> list[str]:
