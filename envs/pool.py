@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import math
 import multiprocessing
 import os
 import signal
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 import traceback
 from typing import Callable, Sequence
 
@@ -53,12 +55,36 @@ class EnvWorkerError(EnvError):
     """A pool worker raised, died or hung; the message names the worker, its envs and the cause."""
 
 
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, not the machine's count)."""
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPUs the container may use (`docker run --cpus=2` -> 2.0): cgroup v2 `cpu.max`
+    ("200000 100000"), else v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`; None when unlimited or
+    unreadable."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        quota, period = (Path(root) / "cpu.max").read_text().split()[:2]
+        if quota != "max" and float(period) > 0:
+            return float(quota) / float(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    for folder in (Path(root) / "cpu,cpuacct", Path(root) / "cpu", Path(root)):
+        try:
+            quota = float((folder / "cpu.cfs_quota_us").read_text())
+            period = float((folder / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return quota / period if quota > 0 and period > 0 else None
+    return None
+
+
+def available_cores() -> int:
+    """The CPU cores this process may use: its affinity mask (not the machine's count), capped by
+    the container's CPU quota (rounded up: 1.5 CPUs keep two threads busy half the time)."""
+    try:
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS / Windows have no affinity mask
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpu_quota()
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
 
 
 def resolve_num_workers(num_workers: "int | str | None", num_envs: int) -> int:

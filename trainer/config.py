@@ -159,7 +159,8 @@ class TrainConfig:
                                         "batched tensor envs and ignore it.", VectorEnv(), ENVIRONMENT)
     num_workers: int | str | None = key(None, "Gymnasium envs only: worker processes of the pool (`auto`: one "
                                         "per CPU core the run may use).", WorkerCount(maximum=1024), ENVIRONMENT)
-    torch_threads: int = key(0, "CPU threads for torch (0: auto = 1 for MLPs, all cores for `ppo-cnn`).",
+    torch_threads: int = key(0, "CPU threads for torch (0: auto = 1 for MLPs; for `ppo-cnn` the usable cores: the "
+                                "affinity mask capped by the cgroup CPU quota, as under `docker run --cpus`).",
                              Integer(minimum=0, maximum=1024), OUTPUTS)
     backend: str = key("auto", "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), "
                        "`gloo`, `nccl`.", Choice(choices=DISTRIBUTED_BACKENDS),
