@@ -1,5 +1,5 @@
-"""The trainer sizes its threads from the CPU quota it is given (cgroup limits, as under
-`docker run --cpus=2`), not from the host's core count."""
+"""Resources: the trainer sizes its threads from the CPU quota it is given (cgroup limits, as under
+`docker run --cpus=2`), not from the host's core count; a run refuses a nearly full runs disk."""
 from __future__ import annotations
 
 import os
@@ -54,3 +54,18 @@ def test_a_cnn_trains_on_as_many_threads_as_the_quota_allows(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_refuses_to_start_when_the_runs_disk_is_almost_full(tmp_path, monkeypatch):
+    import shutil as shutil_module
+
+    import pytest
+
+    from trainer.config import ConfigError
+    from trainer.preflight import check_writable_folder
+
+    check_writable_folder(tmp_path / "runs", "--runs-dir")  # plenty of space: fine
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage._replace(free=10 * 2**20))
+    with pytest.raises(ConfigError, match=r"--runs-dir .*only 10 MiB free.*at least 100 MiB"):
+        check_writable_folder(tmp_path / "runs", "--runs-dir")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from pathlib import Path
 
 from trainer.config import ConfigError, TrainConfig
@@ -20,6 +21,7 @@ MEMORY_SHARE = 0.8        # a run may plan to use this share of the memory that 
 FLOATS_PER_SAMPLE = 10    # action, log-prob, value, reward, done, advantage, return, ... per stored step
 COPIES_OF_THE_BATCH = 2.5  # the rollout storage, its flattened view for the update, minibatch gathers
 ENV_STATE_COPIES = 8      # a native env holds its state, observations and final observations a few times
+MIN_FREE_DISK_BYTES = 100 * 2**20  # a run refuses to start with less free on the runs disk
 
 
 def probe_spaces(config: TrainConfig):
@@ -77,6 +79,20 @@ def check_writable_folder(folder: str | Path, option: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"{option} {folder}: {existing} is not writable by this user (or is on a read-only file "
                           f"system); pick a folder you can write to")
+    check_disk_space(existing, option)
+
+
+def check_disk_space(folder: str | Path, option: str, minimum: int = MIN_FREE_DISK_BYTES) -> None:
+    """ConfigError when the disk holding `folder` has less than `minimum` bytes free: a run there
+    would stop at its first checkpoint (a full disk is an error, not silently lost work)."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # not there yet or unreadable: check_writable_folder has the clearer message
+    if free < minimum:
+        raise ConfigError(f"{option} {folder}: only {free / 2**20:.0f} MiB free on its disk, a run needs at least "
+                          f"{minimum / 2**20:.0f} MiB for checkpoints and logs; free some space (the Runs tab "
+                          f"deletes old runs and checkpoints) or pick a folder on another disk")
 
 
 def check_run_fits(config: TrainConfig) -> None:
