@@ -2,6 +2,7 @@
 real observations, any batch size), carries its metadata, and plays CartPole-v1 with
 onnxruntime alone, in a process that never imports torch."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -188,3 +189,13 @@ def test_onnx_model_plays_gymnasium_cartpole_without_torch(cartpole_475, tmp_pat
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["torch_imported"] is False
     assert np.mean(report["returns"]) >= 475, report["returns"]
+
+
+def test_the_flappy_bird_example_plays_from_the_onnx_file(tmp_path):
+    result = train(config_from_dict({**TINY, "env_name": "flappy_bird"}), tmp_path / "run")
+    path = export_onnx(result.final_model, tmp_path / "flappy.onnx")
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "play_flappy_onnx.py"), str(path), "--episodes", "2",
+                           "--no-window"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("score") == 2 and "episode 2" in done.stdout

@@ -187,3 +187,16 @@ def test_cli_serves_a_run_folder_and_refuses_a_public_address_without_key(tmp_pa
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_the_plain_http_example_plays_cartpole_through_the_server():
+    model = make_model(gymnasium.spaces.Discrete(2), obs_size=4)
+    server = start_server(model, api_key="k")
+    try:
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / "http_client.py"), "--url", server.url,
+                               "--episodes", "2", "--api-key", "k"], capture_output=True, text=True, timeout=300)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert "serving toy (ppo-small)" in done.stdout and "episode 2: return" in done.stdout
+    assert server.app.state.stats.requests >= 2 * 8  # every step of both episodes asked the server
