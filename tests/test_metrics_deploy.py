@@ -100,3 +100,9 @@ def test_the_compose_prometheus_config_is_valid(tmp_path):
     result = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_readme_lists_every_exported_metric():
+    text = (DEPLOY.parent / "docs/readme/operations.md").read_text()
+    missing = [name for name in sorted(exported_names()) if f"`{name}`" not in text]
+    assert not missing, f"docs/readme/operations.md does not list {missing}"
