@@ -359,7 +359,7 @@ class Studio:
             check_web_safety(raw, self.allow_custom_envs)
             state = self.start_run(config_from_dict(raw))
         except USER_ERRORS as error:
-            raise gr.Error(str(error)) from None
+            raise user_error(error) from None
         return views.run_summary(state.snapshot())
 
     def api_poll(self, run_id: str) -> dict:
@@ -367,14 +367,14 @@ class Studio:
         try:
             return views.run_summary(self.manager.get(run_id))
         except RunError as error:
-            raise gr.Error(str(error)) from None
+            raise user_error(error) from None
 
     def api_stop(self, run_id: str) -> dict:
         """Ask the run to stop; it saves the model and ends. Poll until status is 'stopped'."""
         try:
             return views.run_summary(self.manager.stop(run_id).snapshot())
         except RunError as error:
-            raise gr.Error(str(error)) from None
+            raise user_error(error) from None
 
     def api_runs(self) -> list:
         """Every run in the runs folder (newest first): id, env, model, status, steps, returns."""
@@ -387,13 +387,19 @@ class Studio:
         """One of the run's files: kind = model | checkpoint | config | metrics."""
         run = self._snapshot(run_id)
         if run is None:
-            raise gr.Error(f"There is no run {run_id!r}.")
+            raise user_error(f"There is no run {str(run_id)[:80]!r}.")
         if kind not in DOWNLOAD_KINDS:
-            raise gr.Error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {kind!r}.")
+            raise user_error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {str(kind)[:40]!r}.")
         path = self._run_files(run, write_csv=kind == "metrics")[kind]
         if path is None:
-            raise gr.Error(f"Run {run_id} has no {kind} file yet.")
+            raise user_error(f"Run {run_id} has no {kind} file yet.")
         return path
+
+
+def user_error(error: Exception | str) -> gr.Error:
+    """An API answer for a user's mistake: the message goes to the client, and the server's
+    console prints no traceback for it (it is not a bug)."""
+    return gr.Error(str(error), print_exception=False)
 
 
 def merged_settings(base: dict, settings: dict) -> dict:
