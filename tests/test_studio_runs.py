@@ -343,3 +343,22 @@ def test_a_run_whose_owner_is_alive_is_running_and_not_resumable(tmp_path):
     manager.resume(run_id)
     resumed = wait_until_ended(manager, run_id)
     assert resumed.status == "finished" and resumed.metrics[-1]["step"] == 2000
+
+
+def test_a_100k_update_run_keeps_a_bounded_curve_with_its_shape(tmp_path):
+    import math
+
+    from studio.history import MAX_METRIC_POINTS, RunState
+
+    state = RunState(run_id="long", run_dir=tmp_path)
+    returns = [100 * math.sin(update / 9000) for update in range(100_000)]  # peak near update 14_137
+    for update, value in enumerate(returns):
+        state.apply({"type": "metrics", "step": 64 * (update + 1), "episode_return_mean": value, "time": 1.0})
+        assert len(state.metrics) <= MAX_METRIC_POINTS + 1
+    run = state.snapshot()
+    steps = [m["step"] for m in run.metrics]
+    assert len(steps) > MAX_METRIC_POINTS // 2 and steps == sorted(set(steps))
+    assert steps[0] == 64 and steps[-1] == 64 * 100_000  # first and last exact
+    assert run.update_count == 100_000 and run.best_return == max(returns)
+    kept_max = max(m["episode_return_mean"] for m in run.metrics)
+    assert kept_max > max(returns) - 0.1  # the peak survives the thinning
