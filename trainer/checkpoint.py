@@ -36,8 +36,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# The folder's names and the atomic writer live in the torch-free run layout; re-exported here.
-from trainer.run_dir import atomic_write, checkpoint_path, list_checkpoints, remove_stale_temporaries  # noqa: F401
+# The folder's names, the atomic writer and the retention rule (prune_checkpoints: newest K and
+# the best) live in the torch-free run layout, which the studio uses too; re-exported here.
+from trainer.run_dir import (  # noqa: F401
+    atomic_write,
+    checkpoint_path,
+    list_checkpoints,
+    prune_checkpoints,
+    record_checkpoint_return,
+    remove_stale_temporaries,
+)
 
 FORMAT = "rl-studio"
 FORMAT_VERSION = 1
@@ -170,13 +178,6 @@ def latest_checkpoint(folder: str | Path, map_location="cpu") -> tuple[Path, dic
         except CheckpointError:
             continue
     return None
-
-
-def prune_checkpoints(folder: str | Path, keep: int) -> None:
-    """Delete all but the newest `keep` checkpoints, and temporary files of dead writers."""
-    for _, path in list_checkpoints(folder)[:-keep]:
-        path.unlink(missing_ok=True)
-    remove_stale_temporaries(folder)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ class CheckpointConfig:
                            studio_note="the studio always keeps checkpoints inside the run folder")
     keep: int = key(3, "Keep the last this many checkpoints (older ones are deleted).",
                     Integer(maximum=10_000), OUTPUTS)
+    keep_best: bool = key(True, "Also keep the checkpoint with the best `recent_return_mean` (recorded in "
+                          "`best.json` beside the checkpoints), however old; resume still takes the newest.",
+                          Boolean(), OUTPUTS)
     interval_seconds: float = key(0.0, "Also save a checkpoint when this many seconds have passed since the last "
                                   "one (0: off). Bounds the work a crash or an elastic restart redoes.",
                                   Real(0.0, 10.0**7), OUTPUTS)

@@ -26,7 +26,8 @@ from typing import Callable
 
 import torch
 
-from trainer.checkpoint import atomic_save, checkpoint_path, list_checkpoints, prune_checkpoints
+from trainer.checkpoint import (atomic_save, checkpoint_path, list_checkpoints, prune_checkpoints,
+                                record_checkpoint_return)
 from trainer.config import TrainConfig, config_from_dict
 from trainer.distributed import DistributedContext, setup_distributed
 from trainer.events import (EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, storage_error,
@@ -381,7 +382,9 @@ class TrainingSession:
         self._last_checkpoint_at = time.perf_counter()
         folder = checkpoint_folder(self.run_dir, self.config)
         path = atomic_save(checkpoint_payload(self), checkpoint_path(folder, self.global_step))
-        prune_checkpoints(folder, self.config.checkpoint.keep)
+        if self.config.checkpoint.keep_best:  # best.json: which checkpoint pruning spares however old
+            record_checkpoint_return(folder, self.global_step, (self.last_metrics or {}).get("recent_return_mean"))
+        prune_checkpoints(folder, self.config.checkpoint.keep, self.config.checkpoint.keep_best)
         self.bus.emit("checkpoint", step=self.global_step, path=str(path))
         return path
 
