@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import dataclasses
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from studio.form import (
 from studio.runs import GifInfo, RunState
 from studio.system import SystemMonitor, parse_nvidia_smi
 from trainer.config import ConfigError, TrainConfig, config_from_dict
+from trainer.run_dir import run_size_bytes
 
 
 def metrics_events(count: int, start_step: int = 0) -> list[dict]:
@@ -154,6 +156,7 @@ def test_runs_table_row_has_the_columns_people_look_for(tmp_path):
     assert dict(zip(views.RUNS_TABLE_HEADERS, row)) == {
         "run": "cartpole-ppo-small-1", "env": "cartpole", "model": "ppo-small", "status": "finished",
         "steps": 5120, "best return": 10.0, "last return": 10.0, "wall time": "0:20",
+        "disk (MiB)": round(run_size_bytes(run.run_dir) / 2**20, 2),  # its numbers: tests/test_retention.py
     }
 
 
@@ -163,7 +166,10 @@ def test_gif_caption_and_durations():
 
 
 def test_metrics_csv_has_one_row_per_update(tmp_path):
-    run = snapshot_with(tmp_path, metrics_events(7))
+    events = metrics_events(7)
+    run = snapshot_with(tmp_path, events)
+    # The CSV is written from metrics.jsonl (every update), not from the in-memory curve.
+    (Path(run.run_dir) / "metrics.jsonl").write_text("".join(json.dumps(event) + "\n" for event in events))
     path = views.write_metrics_csv(run)
     rows = list(csv.DictReader(open(path, encoding="utf-8")))
     assert len(rows) == 7
