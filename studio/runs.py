@@ -180,6 +180,7 @@ class RunManager:
         """Create a run folder for `config` (already validated) and start its trainer."""
         with self._lock:
             self._check_capacity()
+            self._check_disk()  # before the folder exists: a full disk would stop it at its first checkpoint
             run_dir = create_run_dir(config, self.runs_dir)  # named as the trainer's CLI names them
             write_config(run_dir, config)
             follower = self._followers[run_dir.name] = RunFollower(run_dir.name, run_dir)
@@ -237,6 +238,22 @@ class RunManager:
             active.stop_event.set()
             active.state.stopping = True
             return self._refreshed(run_id, run_dir)
+
+    def delete_old_checkpoints(self, run_id: str) -> list[Path]:
+        """Free disk space in a run that is not training: all checkpoints but the newest (resume)
+        and the best go (trainer.run_dir.delete_old_checkpoints); returns the deleted files."""
+        from trainer.run_dir import RunOwnedError, delete_old_checkpoints
+
+        run_dir = self.run_dir(run_id)
+        with self._lock:
+            if run_id in self._active:
+                raise RunError(f"Run {run_id} is running; stop it before deleting its old checkpoints.")
+            if not run_dir.is_dir():
+                raise UnknownRunError(f"There is no run {run_id} in {self.runs_dir}.")
+            try:
+                return delete_old_checkpoints(run_dir)
+            except RunOwnedError as error:
+                raise RunError(str(error)) from None
 
     def delete(self, run_id: str) -> None:
         """Delete a run that is not running, folder and all."""
@@ -341,6 +358,15 @@ class RunManager:
                                        f"killed?).{taken} Resume continues from the last checkpoint; the "
                                        "studio's terminal shows what the trainer printed.")
                 state.version += 1
+
+    def _check_disk(self) -> None:
+        from trainer.config import ConfigError
+        from trainer.preflight import check_disk_space
+
+        try:
+            check_disk_space(self.runs_dir, "runs folder")
+        except ConfigError as error:
+            raise RunError(str(error)) from None
 
     def _check_capacity(self) -> None:
         """Caller holds self._lock."""

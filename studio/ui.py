@@ -21,6 +21,7 @@ from studio import views
 from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, merged_settings, plot_data
 from studio.charts import diagnostics_figure, reward_figure, system_figure
 from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, form_values, tuned_config
+from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
 from studio.runs import RunManager
 from studio.system import SystemMonitor, available_devices
 
@@ -210,6 +211,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                     delete_button = gr.Button("Delete", scale=1, elem_id="delete")
                     confirm_delete_button = gr.Button("Confirm delete", variant="stop", visible=False,
                                                       scale=1, elem_id="confirm-delete")
+                    cleanup_buttons = build_cleanup_buttons()
                 runs_message = gr.Markdown(elem_id="runs-message")
                 compare_box = gr.CheckboxGroup([], label="Compare (overlay curves)", elem_id="compare")
                 history = _build_run_view("runs-", with_log=False)
@@ -275,6 +277,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         confirm_delete_button.click(studio.on_delete_confirm, run_picker, [runs_message, confirm_delete_button],
                                     **private).then(
             studio.on_refresh_runs, [run_picker, compare_box], refresh_outputs, **private)
+        wire_cleanup_buttons(cleanup_buttons, studio.manager, run_picker, runs_message, studio.on_refresh_runs,
+                             [run_picker, compare_box], refresh_outputs, **private)
 
         # ---- Evaluate tab
         eval_run.change(studio.model_files, eval_run, eval_file, **private)

@@ -16,14 +16,15 @@ from typing import Sequence
 
 from studio.runs import GifInfo, RunSnapshot
 from studio.warnings import log_with_warnings, troubles, warning_banner
-from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path
+from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
 
 METRIC_COLUMNS = (
     "step", "update", "time", "elapsed", "fps", "episodes", "episode_return_mean",
     "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
     "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate",
 )
-RUNS_TABLE_HEADERS = ["run", "env", "model", "status", "steps", "best return", "last return", "wall time"]
+RUNS_TABLE_HEADERS = ["run", "env", "model", "status", "steps", "best return", "last return", "wall time",
+                      "disk (MiB)"]
 STATUS_LABELS = {
     "starting": "starting…", "running": "training", "stopping": "stopping… (saving the model)",
     "finished": "finished", "stopped": "stopped", "failed": "failed", "interrupted": "interrupted",
@@ -93,6 +94,7 @@ def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
             _rounded(run.best_return),
             _rounded(run.last_return),
             format_duration(run.wall_seconds),
+            round(run_size_bytes(run.run_dir, run.config or None) / 2**20, 2),  # a number: the column sorts
         ]
         for run in runs
     ]

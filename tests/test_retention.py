@@ -127,3 +127,59 @@ def test_run_size_counts_every_file_and_a_checkpoint_folder_outside(tmp_path):
     expected = (run / "config.yaml").stat().st_size + 5000 + 3 * 1000
     assert run_size_bytes(run) == expected
     assert run_size_bytes(tmp_path / "missing") == 0
+
+
+# ----------------------------------------------------------------------------- the studio
+
+
+def finished_run(runs: Path, name: str = "cartpole-ppo-1") -> Path:
+    run = runs / name
+    run.mkdir(parents=True)
+    write_config(run, tiny_config())
+    fake_checkpoints(run / "checkpoints", 4)
+    record_checkpoint_return(run / "checkpoints", 200, 7.5)
+    return run
+
+
+def test_the_runs_tab_deletes_old_checkpoints_after_saying_what_goes_and_what_stays(tmp_path):
+    from studio.retention import cleanup_preview
+    from studio.runs import RunManager
+
+    manager = RunManager(tmp_path)
+    run = finished_run(tmp_path)
+    message, possible = cleanup_preview(manager, run.name)
+    assert possible and "Delete 2 old checkpoint(s)" in message
+    assert "newest (step 400)" in message and "best (step 200, return 7.50)" in message
+    size_before = run_size_bytes(run)
+    assert len(manager.delete_old_checkpoints(run.name)) == 2
+    assert steps(run / "checkpoints") == [200, 400]
+    assert run_size_bytes(run) == size_before - 2 * 1000  # the table's disk column shrinks
+    message, possible = cleanup_preview(manager, run.name)
+    assert not possible and "no old checkpoints" in message
+
+
+def test_the_runs_tab_refuses_to_delete_checkpoints_while_the_run_trains(tmp_path):
+    from studio.runs import RunError, RunManager
+
+    manager = RunManager(tmp_path)
+    run = finished_run(tmp_path)
+    owner = take_ownership(run)  # a trainer (this process) still lives in the folder
+    try:
+        with pytest.raises(RunError, match="stop the run before deleting its old checkpoints"):
+            manager.delete_old_checkpoints(run.name)
+    finally:
+        owner.release(run)
+    assert steps(run / "checkpoints") == [100, 200, 300, 400]
+
+
+def test_start_refuses_when_the_runs_disk_is_nearly_full(tmp_path, monkeypatch):
+    import shutil
+
+    from studio.runs import RunError, RunManager
+
+    manager = RunManager(tmp_path / "runs")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=20 * 2**20))
+    with pytest.raises(RunError, match=r"only 20 MiB free on its disk, a run needs at least 100 MiB"):
+        manager.start(tiny_config().to_dict())
+    assert list((tmp_path / "runs").iterdir()) == []  # no run folder was created

@@ -34,7 +34,7 @@ from studio.form import (
 )
 from studio.runs import GifInfo, RunState
 from studio.system import SystemMonitor, parse_nvidia_smi
-from trainer.config import ConfigError, TrainConfig, config_from_dict
+from trainer.config import CheckpointConfig, ConfigError, TrainConfig, config_from_dict
 from trainer.run_dir import run_size_bytes
 
 
@@ -187,7 +187,7 @@ def test_batch_note_explains_the_batch_arithmetic():
 
 def test_every_trainer_key_is_in_the_form_or_explained():
     keys = {f.name for f in dataclasses.fields(TrainConfig) if f.name != "checkpoint"}
-    keys |= {"checkpoint.interval", "checkpoint.keep", "checkpoint.path"}
+    keys |= {f"checkpoint.{f.name}" for f in dataclasses.fields(CheckpointConfig)}
     covered = {form_field.key for form_field in FORM_FIELDS} | set(NOT_IN_FORM)
     assert keys == covered
     assert all(form_field.help for form_field in FORM_FIELDS), "every control has the trainer's help text"

@@ -258,12 +258,12 @@ def folder_bytes(folder: str | Path) -> int:
     return total
 
 
-def run_size_bytes(run_dir: str | Path) -> int:
+def run_size_bytes(run_dir: str | Path, config: Any = None) -> int:
     """What a run takes on disk: its folder, plus its checkpoint folder when checkpoint.path put
-    that outside the run folder."""
+    that outside the run folder. `config` (the run's, if the caller has it) saves reading config.yaml."""
     run_dir = Path(run_dir)
     total = folder_bytes(run_dir)
-    checkpoints = checkpoint_folder(run_dir, read_config(run_dir))
+    checkpoints = checkpoint_folder(run_dir, read_config(run_dir) if config is None else config)
     try:
         checkpoints.resolve().relative_to(run_dir.resolve())
     except (ValueError, OSError):
