@@ -16,7 +16,6 @@ beside the log lines; piped to a file, only the log lines are printed.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -114,26 +113,6 @@ def evaluate_command(argv: list[str]) -> int:
     return EXIT_OK
 
 
-class StopFlag:
-    """First Ctrl-C (or SIGTERM): stop after this update, saving; second Ctrl-C: abort now."""
-
-    def __init__(self):
-        self.requested = False
-
-    def __call__(self) -> bool:
-        return self.requested
-
-    def install(self) -> None:
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGTERM, self._on_signal)
-
-    def _on_signal(self, signum, frame) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nStopping after this update and saving (Ctrl-C again to abort now)...", file=sys.stderr, flush=True)
-
-
 def shipped_config_file(given: str | Path | None) -> str | Path | None:
     """`--config cartpole.yaml` from any folder: a bare file name that is not in the current
     folder but is one of the shipped configs (configs/*.yaml, installed with the package) means
@@ -221,8 +200,10 @@ def train_command(argv: list[str]) -> int:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_USAGE
         sinks.append(metrics_sink)
-    stop = StopFlag()
-    stop.install()
+    from trainer.signals import StopRequest
+
+    stop = StopRequest()
+    stop.install_signals()
     try:
         result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume), preflight=False)
     except (ConfigError, ResumeError, RunOwnedError) as error:
