@@ -9,7 +9,7 @@ from pathlib import Path
 # The config reference table is generated from the key declarations in trainer/config.py.
 CONFIG_TABLE = "<!-- config reference: generated from trainer/config.py -->"
 
-SECTIONS = ["_header.md", "studio.md", "trainer.md", "envs.md", "deploy_game.md", "cluster.md", "benchmarks.md", "operations.md", "_footer.md"]
+SECTIONS = ["_header.md", "studio.md", "trainer.md", "envs.md", "pool.md", "deploy_game.md", "cluster.md", "benchmarks.md", "operations.md", "_footer.md"]
 
 
 def main() -> None:
