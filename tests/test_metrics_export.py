@@ -57,7 +57,7 @@ def test_falling_streak_counts_consecutive_drops_and_skips_updates_without_episo
 
 def test_a_trainer_exports_its_run_with_prometheus_names_and_labels(tmp_path):
     found = scrape(fed_sink([10.0, 9.0, 8.0, 7.0]), runs_dir=tmp_path)
-    labels = {"run_id": "snake-1", "env": "snake", "model": "ppo-cnn"}
+    labels = {"run_id": "snake-1", "env": "snake", "model": "ppo-cnn", "rank": "0"}  # not distributed: rank 0
     steps = found["rlstudio_env_steps_total"][0]
     assert steps.labels == labels and steps.value == 4 * 512
     assert found["rlstudio_updates_total"][0].value == 4

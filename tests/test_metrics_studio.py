@@ -58,7 +58,8 @@ def test_studio_metrics_list_every_run_with_its_labels_and_status(tmp_path):
         for sample in family.samples:
             found[(sample.name, sample.labels.get("run_id"), sample.labels.get("status"))] = sample
     steps = found[("rlstudio_env_steps_total", "snake-b", None)]
-    assert steps.value == 3 * 512 and steps.labels == {"run_id": "snake-b", "env": "snake", "model": "ppo-cnn"}
+    assert steps.value == 3 * 512 and steps.labels == {"run_id": "snake-b", "env": "snake", "model": "ppo-cnn",
+                                                       "rank": "0"}
     assert found[("rlstudio_env_steps_total", "cartpole-a", None)].labels["model"] == "ppo-small"
     assert found[("rlstudio_run_status", "cartpole-a", "finished")].value == 1
     assert found[("rlstudio_run_status", "snake-b", "failed")].value == 1

@@ -183,3 +183,28 @@ def test_start_refuses_when_the_runs_disk_is_nearly_full(tmp_path, monkeypatch):
     with pytest.raises(RunError, match=r"only 20 MiB free on its disk, a run needs at least 100 MiB"):
         manager.start(tiny_config().to_dict())
     assert list((tmp_path / "runs").iterdir()) == []  # no run folder was created
+
+
+# ----------------------------------------------------------------------------- the rank label
+
+
+@pytest.mark.parametrize("rank", [None, "3"])
+def test_trainer_metrics_carry_the_rank_of_the_process_serving_them(monkeypatch, rank):
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from trainer.events import make_event
+    from trainer.metrics_export import MetricsSink, RunsCollector
+
+    if rank is None:
+        monkeypatch.delenv("RANK", raising=False)
+    else:
+        monkeypatch.setenv("RANK", rank)
+    sink = MetricsSink()
+    sink(make_event("start", run_id="r1", config={"env_name": "cartpole", "model_type": "ppo-small"},
+                    device="cpu", total_timesteps=1000, resumed_from_step=None))
+    registry = CollectorRegistry()
+    registry.register(RunsCollector(lambda: [sink.sample()], gpus=lambda: []))
+    text = generate_latest(registry).decode()
+    expected = rank or "0"
+    assert f'rlstudio_return_falling_threshold{{env="cartpole",model="ppo-small",rank="{expected}",run_id="r1"}}' in text

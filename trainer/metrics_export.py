@@ -4,12 +4,18 @@ collector that turns runs into the text format, and the trainer's `--metrics-por
     python -m trainer --config configs/cartpole.yaml --metrics-port 9109   # http://host:9109/metrics
 
 The studio serves the same collector on its own `/metrics` (studio/metrics.py) for every run it
-knows; a headless trainer serves its one run (rank 0). Each run's series carry the labels
-`run_id`, `env` and `model`; its status is the `status` label of `rlstudio_run_status` only (a label
+knows; a headless trainer serves its one run. Each run's series carry the labels `run_id`, `env`,
+`model` and `rank` (the torchrun RANK of the process that serves them, "0" when not distributed);
+its status is the `status` label of `rlstudio_run_status` only (a label
 that changes value on every series would split each counter into new series and break `rate()`).
 
 Nothing here runs per training step: the trainer's sink keeps the latest event (a dict
 assignment per update) and all the work happens when Prometheus scrapes, on the server's thread.
+
+Distributed runs: only rank 0 serves `--metrics-port` (the other ranks ignore it). Its step and
+episode counters already count every rank and its losses are the all-reduced ones, so a second
+rank serving the same run would double every `sum()`; its series say `rank="0"`, so a dashboard
+can tell the distributed run's writer from a single-process run's.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from trainer.config import TrainConfig
 from trainer.run_dir import END_STATUSES
 
 PREFIX = "rlstudio_"
-RUN_LABELS = ("run_id", "env", "model")
+RUN_LABELS = ("run_id", "env", "model", "rank")
 RUN_STATUSES = ("starting", "running", "stopping", *END_STATUSES, "interrupted")  # run_dir.run_status's values
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl")  # None in an event = not finite
 DEFAULT_FALLING_UPDATES: int = TrainConfig.warn_falling_updates  # declared once, in trainer/config.py
@@ -133,10 +139,16 @@ class RunSample:
     started_at: float | None = None
     pid: int | None = None
     falling_threshold: int = DEFAULT_FALLING_UPDATES
+    rank: str = "0"                        # torchrun RANK of the serving process (see the module doc)
 
     @property
     def labels(self) -> list[str]:
-        return [self.run_id, self.env, self.model]
+        return [self.run_id, self.env, self.model, self.rank]
+
+
+def process_rank() -> str:
+    """This process's torchrun RANK ("0" when not distributed): what DistributedContext reads too."""
+    return str(os.environ.get("RANK", "0")).strip() or "0"
 
 
 def _number(value: object) -> float | None:
@@ -288,6 +300,7 @@ class MetricsSink:
     returns: deque = field(default_factory=lambda: deque(maxlen=1001))
     last_checkpoint_at: float | None = None
     started_at: float = field(default_factory=time.time)
+    rank: str = field(default_factory=process_rank)
     essential = False
 
     def __call__(self, event: dict) -> None:
@@ -314,7 +327,7 @@ class MetricsSink:
 
     def sample(self) -> RunSample:
         return RunSample(self.run_id, self.env, self.model, self.status, self.metrics, list(self.returns),
-                         self.last_checkpoint_at, self.started_at, os.getpid(), self.falling_threshold)
+                         self.last_checkpoint_at, self.started_at, os.getpid(), self.falling_threshold, self.rank)
 
 
 class MetricsServer:
