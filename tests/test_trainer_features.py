@@ -146,6 +146,6 @@ def test_wrappers_route_a_builtin_through_gymnasium(tmp_path):
 def test_checkpoint_path_inside_the_run_directory_and_resume_finds_it(tmp_path):
     config = load_config(None, TINY + ["total_timesteps=128", "checkpoint.path=saved", "checkpoint.interval=1"])
     train(config, tmp_path / "run")
-    assert sorted(path.name for path in (tmp_path / "run" / "saved").iterdir()) == ["ckpt_128.pth", "ckpt_64.pth"]
+    assert sorted(path.name for path in (tmp_path / "run" / "saved").glob("*.pth")) == ["ckpt_128.pth", "ckpt_64.pth"]
     longer = load_config(None, TINY + ["total_timesteps=192", "checkpoint.path=saved", "checkpoint.interval=1"])
     assert train(longer, tmp_path / "run", resume=True).step == 192
