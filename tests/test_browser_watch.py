@@ -61,7 +61,7 @@ def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
                 assert re.search(r"Score \d+", score) and "episode" in score and "step" in score
                 page.screenshot(path=str(tmp_path / "studio-watch.png"), full_page=True)
                 page.locator("#watch-stop").click()
-                page.wait_for_function("() => !document.querySelector('#watch-frame')", timeout=30_000)
+                page.wait_for_function("() => !document.querySelector('#watch-frame')", timeout=90_000)
 
                 page.get_by_text("Use it in a game", exact=True).click()
                 page.locator("#watch-export").click()
