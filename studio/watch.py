@@ -302,14 +302,30 @@ def build_watch_tab(manager, allow_custom_envs: bool, tab=None) -> dict:
             raise WatchError("Pick a run first.")
         return manager.run_dir(run_id)
 
-    def watch(run_id: str | None):
+    stopped_sessions: set[str] = set()   # Stop pressed: the session's stream ends at its next frame
+
+    def watch(run_id: str | None, request: gr.Request):
+        session = getattr(request, "session_hash", None) or ""
+        stopped_sessions.discard(session)
         try:
             player = LivePlayer(run_dir_of(run_id), allow_custom_envs)
         except (WatchError, ValueError) as error:
             yield frame_html(None, str(error))
             return
-        for frame in stream_frames(player):
-            yield frame_html(frame)
+        frames = stream_frames(player)
+        try:
+            for frame in frames:
+                if session in stopped_sessions:
+                    break
+                yield frame_html(frame)
+        finally:
+            frames.close()
+        stopped_sessions.discard(session)
+        yield frame_html(None, "Stopped.")
+
+    def on_stop(request: gr.Request) -> str:
+        stopped_sessions.add(getattr(request, "session_hash", None) or "")
+        return frame_html(None, "Stopped.")
 
     def on_export(run_id: str | None):
         try:
@@ -348,7 +364,9 @@ def build_watch_tab(manager, allow_custom_envs: bool, tab=None) -> dict:
     # Its own queue lane: a watcher holds its worker for as long as it watches.
     watching = watch_button.click(watch, run_picker, view, show_progress="hidden", concurrency_limit=4,
                                   concurrency_id="watch", **private)
-    stop_button.click(lambda: frame_html(None, "Stopped."), None, view, cancels=[watching], **private)
+    # Stop does not wait in the queue behind busy workers: it marks the session, and the stream
+    # ends at its next frame (cancels= as well, for a stream that is between frames).
+    stop_button.click(on_stop, None, view, cancels=[watching], queue=False, **private)
     export_button.click(on_export, run_picker, [download, deploy_message], **private)
     serve_button.click(on_start_server, run_picker, deploy_message, **private)
     unserve_button.click(on_stop_server, run_picker, deploy_message, **private)
