@@ -15,7 +15,7 @@ from typing import Sequence
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from studio import views
+from studio import runs_tab, views
 from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
 from studio.form import (
     FORM_FIELDS,
@@ -37,6 +37,7 @@ from trainer.safe_yaml import MAX_YAML_BYTES
 
 DEFAULT_ENV = "cartpole"
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
+TABLE_SECONDS = 10.0  # while the Runs tab follows a training run, refresh its table at most this often
 DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
 USER_ERRORS = (FormError, ConfigError, RunError)
 
@@ -109,11 +110,14 @@ class Studio:
         chart_key = tuple((source.run_id, source.update_count, source.status) for source in sources)
         curves = [CurveSource(source.run_id, source.metrics) for source in sources]
         # Redrawing plotly charts costs the browser more than anything else on the page: at most
-        # every `chart_seconds` while the run trains, and once more when it ends.
-        due = not run.is_active or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
+        # every `chart_seconds` while a shown run trains, and once more when it ends; at once when
+        # the runs shown change (a new selection, a run ticked to compare).
+        shown_ids = tuple(source.run_id for source in sources)
+        due = (not any(source.is_active for source in sources) or viewed.get("charts_runs") != shown_ids
+               or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds)
         charts_changed = due and changed("charts", chart_key)
         if charts_changed:
-            viewed["charts_at"] = time.time()
+            viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids
         updates: list = [views.status_html(run)]
         updates.append(plot_data(reward_figure(curves)) if charts_changed else gr.skip())
 
@@ -237,32 +241,105 @@ class Studio:
 
     # ---- the Runs tab
 
-    def run_choices(self) -> list[str]:
-        return [run.run_id for run in self.manager.list_runs()]
+    def runs_table(self, game: str | None, status: str | None, order: str | None,
+                   runs: Sequence[RunSnapshot] | None = None) -> tuple[list[list], str]:
+        """The table's rows (filtered by game and status, sorted) and the line saying how many."""
+        runs = self.manager.list_runs() if runs is None else runs
+        shown = runs_tab.table_runs(runs, game, status, order)
+        return views.runs_table_rows(shown), runs_tab.filter_note(len(shown), len(runs))
 
-    def on_refresh_runs(self, selected: str | None, compared: list[str] | None):
+    def on_refresh_runs(self, selected: str | None, compared: list[str] | None, game: str | None = None,
+                        status: str | None = None, order: str | None = None):
+        """Every run in the runs folder, read again: runs started since (here, by another studio,
+        by the CLI) appear, deleted ones go. Outputs: table, picker, compare, Evaluate's run
+        picker, game filter, filter note."""
         runs = self.manager.list_runs()
         ids = [run.run_id for run in runs]
         selected = selected if selected in ids else (ids[0] if ids else None)
         compared = [run_id for run_id in (compared or []) if run_id in ids]
+        games = runs_tab.game_filter_choices(runs)
+        game = game if game in games else runs_tab.ALL
+        rows, note = self.runs_table(game, status, order, runs)
         return (
-            views.runs_table_rows(runs),
-            gr.Dropdown(choices=ids, value=selected),
-            gr.CheckboxGroup(choices=ids, value=compared),
+            rows,
+            gr.Dropdown(choices=_run_choices(runs), value=selected),
+            gr.CheckboxGroup(choices=_run_choices(runs), value=compared),
             gr.Dropdown(choices=[run.run_id for run in runs if run.final_model or run.latest_checkpoint]),
+            gr.Dropdown(choices=games, value=game),
+            note,
         )
 
     def on_table_select(self, event: gr.SelectData):
         row = event.row_value or []
         return row[0] if row else gr.skip()
 
-    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict):
+    def _shown_runs(self, run_id: str | None, compared: list[str] | None) -> list[RunSnapshot]:
+        """The selected run first, then the ticked ones (each once): what the charts overlay."""
+        shown: list[RunSnapshot] = []
+        for candidate in [run_id, *(compared or [])]:
+            run = self._snapshot(candidate)
+            if run is not None and all(run.run_id != other.run_id for other in shown):
+                shown.append(run)
+        return shown
+
+    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict,
+                      tab_shown: bool = True):
+        """The selected run with the ticked runs overlaid. Outputs: the run view, the Runs
+        tab's timer (on while the tab shows a run that trains) and what this session has drawn."""
+        updates, viewed, live = self._render_shown(run_id, compared, viewed)
+        return (*updates, gr.Timer(active=tab_shown and live), viewed)
+
+    def _render_shown(self, run_id: str | None, compared: list[str] | None, viewed: dict) -> tuple[list, dict, bool]:
+        """render_run's updates for the shown runs, and whether one of them trains."""
+        shown = self._shown_runs(run_id, compared)
+        updates, viewed = self.render_run(shown[0] if shown else None, shown[1:], viewed, with_log=False)
+        return updates, viewed, any(run.is_active for run in shown)
+
+    def on_runs_tick(self, run_id: str | None, compared: list[str] | None, viewed: dict, tab_shown: bool,
+                     game: str | None, status: str | None, order: str | None):
+        """Timer tick of the Runs tab: the shown runs' status line, charts and files (unchanged parts
+        skipped), and every TABLE_SECONDS the table (its steps and states move too). The timer
+        switches itself off once no shown run trains, or when the tab is not shown."""
+        if not tab_shown:
+            return (*[gr.skip()] * self._run_view_size(with_log=False), gr.skip(), gr.skip(),
+                    gr.Timer(active=False), viewed)
+        updates, viewed, live = self._render_shown(run_id, compared, viewed)
+        rows = note = gr.skip()
+        if time.time() - viewed.get("table_at", 0.0) >= TABLE_SECONDS:
+            viewed["table_at"] = time.time()
+            table, text = self.runs_table(game, status, order)
+            if changed_value(viewed, "table", (table, text)):
+                rows, note = table, text
+        return (*updates, rows, note, gr.skip() if live else gr.Timer(active=False), viewed)
+
+    @staticmethod
+    def _run_view_size(with_log: bool) -> int:
+        """How many outputs render_run returns: status, reward chart, GIF, (log), diagnostics, files."""
+        return 4 + int(with_log) + len(DOWNLOAD_KINDS)
+
+    def on_compare_change(self, run_id: str | None, compared: list[str] | None):
+        """The note above the config diff (a warning when the games differ) and the diff: only
+        the keys in which the shown runs' configs differ."""
+        shown = self._shown_runs(run_id, compared)
+        headers, rows = runs_tab.config_diff(shown)
+        return (runs_tab.compare_note(shown, len(rows)),
+                gr.Dataframe(value={"headers": headers, "data": rows}, visible=bool(rows)))
+
+    def run_notes_fields(self, run_id: str | None):
+        """The name and notes boxes, filled from the selected run's notes.json."""
         run = self._snapshot(run_id)
-        overlays = [snapshot for snapshot in map(self._snapshot, compared or []) if snapshot is not None]
-        if run is None and overlays:
-            run, overlays = overlays[0], overlays[1:]
-        updates, viewed = self.render_run(run, overlays, viewed, with_log=False)
-        return (*updates, viewed)
+        if run is None:
+            return gr.Textbox(value="", interactive=False), gr.Textbox(value="", interactive=False)
+        return gr.Textbox(value=run.name, interactive=True), gr.Textbox(value=run.notes, interactive=True)
+
+    def on_save_notes(self, run_id: str | None, name: str | None, notes: str | None):
+        try:
+            run = self.manager.annotate(run_id or "", name, notes)
+        except USER_ERRORS as error:
+            return _message(error)
+        if not run.name and not run.notes:
+            return f"Cleared the name and notes of **{run.run_id}**."
+        return f"Saved the name and notes of **{run.run_id}**" + (f" (now *{run.name}*)." if run.name else ".")
 
     def on_resume(self, run_id: str):
         try:
@@ -281,10 +358,15 @@ class Studio:
         return self.on_stop(run_id)
 
     def on_delete_request(self, run_id: str):
+        """First click of Delete: a confirmation, unless the run still trains (the delete would be
+        refused after the confirmation): then the message says to stop it first."""
         run = self._snapshot(run_id)
         if run is None:
             return "**Pick a run first.**", gr.Button(visible=False)
-        return (f"Delete **{run_id}** and all its files? Click *Confirm delete*.",
+        refusal = runs_tab.delete_refusal(run)
+        if refusal:
+            return refusal, gr.Button(visible=False)
+        return (f"Delete **{run.title}** and all its files? Click *Confirm delete*.",
                 gr.Button(f"Confirm delete {run_id}", visible=True))
 
     def on_delete_confirm(self, run_id: str):
@@ -394,6 +476,11 @@ class Studio:
         if path is None:
             raise user_error(f"Run {run_id} has no {kind} file yet.")
         return path
+
+
+def _run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:
+    """(label, run id) for the run pickers: a named run shows its name beside its id."""
+    return [(f"{run.name} ({run.run_id})" if run.name else run.run_id, run.run_id) for run in runs]
 
 
 def user_error(error: Exception | str) -> gr.Error:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from trainer.run_dir import events_path, find_final_model, latest_checkpoint_path, read_config, run_status
+from trainer.run_dir import (NOTES_FILE, RunNotes, events_path, find_final_model, latest_checkpoint_path,
+                             read_config, read_run_notes, run_status)
 
 ACTIVE_STATUSES = ("starting", "running", "stopping")
 RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
@@ -77,10 +78,11 @@ class RunState:
     segment_started_at: float | None = None
     finished_segments_seconds: float = 0.0
     last_event_at: float | None = None
+    notes: RunNotes = field(default_factory=RunNotes)  # notes.json: a person's name and notes for the run
     version: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
-    _KEPT_ON_CLEAR = ("run_id", "run_dir", "config", "managed", "owner_alive", "stopping", "launch_mark", "lock")
+    _KEPT_ON_CLEAR = ("run_id", "run_dir", "config", "managed", "owner_alive", "stopping", "launch_mark", "notes", "lock")
 
     # ---- writing
 
@@ -238,6 +240,8 @@ class RunState:
                 error_traceback=_tail(self.error_traceback, TRACEBACK_TAIL_LINES),
                 started_at=self.started_at,
                 wall_seconds=self._wall_seconds(),
+                name=self.notes.name,
+                notes=self.notes.notes,
                 version=self.version,
             )
 
@@ -288,7 +292,14 @@ class RunSnapshot:
     error_traceback: str | None
     started_at: float | None
     wall_seconds: float
+    name: str  # "" until a person names the run (notes.json)
+    notes: str
     version: int
+
+    @property
+    def title(self) -> str:
+        """The run's name when it has one, else its id."""
+        return self.name or self.run_id
 
     @property
     def env_name(self) -> str:
@@ -347,6 +358,7 @@ class RunFollower:
         self._offset = 0
         self._partial = b""
         self._identity: tuple[int, int] | None = None
+        self._notes_identity: tuple | None = None
 
     def refresh(self, owner_alive: bool) -> RunState:
         state = self.state
@@ -358,10 +370,26 @@ class RunFollower:
             if stat is not None:
                 self._read_new_lines(stat)
             state.settle(owner_alive)
+            self._read_notes()
             if state.final_model is None and not owner_alive:
                 found = find_final_model(state.run_dir)
                 state.final_model = str(found) if found else None
         return state
+
+    def _read_notes(self) -> None:
+        """notes.json again when it changed (one stat a refresh): another tab or studio may have
+        renamed the run."""
+        try:
+            stat = (Path(self.state.run_dir) / NOTES_FILE).stat()
+            identity: tuple | None = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            identity = None
+        if identity != self._notes_identity:
+            self._notes_identity = identity
+            notes = read_run_notes(self.state.run_dir) if identity else RunNotes()
+            if notes != self.state.notes:
+                self.state.notes = notes
+                self.state.version += 1
 
     def _read_new_lines(self, stat) -> None:
         identity = (stat.st_ino, stat.st_dev)

@@ -41,6 +41,7 @@ from trainer.run_dir import (
     live_owner,
     read_config,
     write_config,
+    write_run_notes,
 )
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -254,6 +255,21 @@ class RunManager:
                 return delete_old_checkpoints(run_dir)
             except RunOwnedError as error:
                 raise RunError(str(error)) from None
+
+    def annotate(self, run_id: str, name: object, notes: object) -> RunSnapshot:
+        """Give a run a name and notes (notes.json in its folder), also while it trains: the
+        trainer never reads that file. RunError says what is wrong with bad text."""
+        run_dir = self.run_dir(run_id)
+        with self._lock:
+            state = self._refreshed(run_id, run_dir)  # UnknownRunError for a run that is gone
+            try:
+                checked = write_run_notes(run_dir, name, notes)
+            except ValueError as error:
+                raise RunError(str(error)) from None
+            with state.lock:
+                state.notes = checked
+                state.version += 1
+            return state.snapshot()
 
     def delete(self, run_id: str) -> None:
         """Delete a run that is not running, folder and all."""

@@ -23,6 +23,7 @@ from studio.charts import diagnostics_figure, reward_figure, system_figure
 from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, form_values, tuned_config
 from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
 from studio.runs import RunManager
+from studio.runs_tab import ALL, DEFAULT_SORT, SORT_ORDERS, STATUS_FILTERS
 from studio.system import SystemMonitor, available_devices
 
 __all__ = ["DOWNLOAD_KINDS", "Studio", "build_app", "launch", "launch_options", "merged_settings"]
@@ -38,6 +39,7 @@ CSS = """
   background: var(--block-background-fill)}
 .run-status .status-row {display: flex; flex-wrap: wrap; gap: 10px; align-items: baseline}
 .run-status .run-name {font-family: var(--font-mono); font-size: 0.95em}
+.run-status .run-title {font-weight: 600}
 .run-status .facts {color: var(--body-text-color-subdued)}
 .run-status .badge {padding: 2px 10px; border-radius: 999px; font-weight: 600; font-size: 0.9em;
   background: #e5e7eb; color: #374151}
@@ -150,6 +152,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
     with gr.Blocks(title="RL Studio", delete_cache=(600, 3600)) as demo:
         live_viewed = gr.State({}, time_to_live=SESSION_SECONDS)
         runs_viewed = gr.State({}, time_to_live=SESSION_SECONDS)
+        runs_tab_shown = gr.State(False, time_to_live=SESSION_SECONDS)  # the Runs tab's timer ticks only then
         gr.Markdown(
             "# RL Studio\nTrain a game-playing agent with PPO: pick a game and a model, press "
             "**Start**, watch it learn, download the trained model.",
@@ -197,10 +200,17 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         system_plot = gr.Plot(plot_data(system_figure([])), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
             with gr.Tab("Runs", id="runs") as runs_tab:
-                with gr.Row():
-                    refresh_button = gr.Button("Refresh", size="sm", scale=0, min_width=100)
-                    gr.Markdown("Every run in the runs folder. Click a row to select it; tick runs to "
-                                "compare their curves.")
+                gr.Markdown("Every run in the runs folder (this studio's, an earlier one's, the CLI's). Click a "
+                            "row to select it; tick runs to compare their curves and configs.")
+                with gr.Row(equal_height=True):
+                    refresh_button = gr.Button("Refresh", size="sm", scale=0, min_width=100, elem_id="refresh-runs")
+                    game_filter = gr.Dropdown([ALL], value=ALL, label="game", scale=1, min_width=140,
+                                              elem_id="runs-game-filter")
+                    status_filter = gr.Dropdown(list(STATUS_FILTERS), value=ALL, label="status", scale=1,
+                                                min_width=140, elem_id="runs-status-filter")
+                    sort_order = gr.Dropdown(list(SORT_ORDERS), value=DEFAULT_SORT, label="sort", scale=1,
+                                             min_width=140, elem_id="runs-sort")
+                    filter_note = gr.Markdown(elem_id="runs-filter-note")
                 runs_table = gr.Dataframe(headers=views.RUNS_TABLE_HEADERS, interactive=False, wrap=True,
                                           max_height=360, elem_id="runs-table")
                 with gr.Row(equal_height=False):
@@ -213,7 +223,16 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                                                       scale=1, elem_id="confirm-delete")
                     cleanup_buttons = build_cleanup_buttons()
                 runs_message = gr.Markdown(elem_id="runs-message")
+                with gr.Row(equal_height=False):
+                    name_box = gr.Textbox(label="Name", placeholder="e.g. lr 1e-3, bigger net", interactive=False,
+                                          max_lines=1, scale=2, elem_id="run-name")
+                    notes_box = gr.Textbox(label="Notes", placeholder="What you tried, what you saw", lines=2,
+                                           max_lines=8, interactive=False, scale=4, elem_id="run-notes")
+                    save_notes_button = gr.Button("Save name and notes", scale=1, elem_id="save-notes")
                 compare_box = gr.CheckboxGroup([], label="Compare (overlay curves)", elem_id="compare")
+                compare_note = gr.Markdown(elem_id="compare-note")
+                config_diff = gr.Dataframe(interactive=False, wrap=True, max_height=300, visible=False,
+                                           label="Config keys that differ", elem_id="config-diff")
                 history = _build_run_view("runs-", with_log=False)
             # ------------------------------------------------------------------ Evaluate
             with gr.Tab("Evaluate", id="evaluate") as evaluate_tab:
@@ -238,6 +257,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                 build_watch_tab(manager, allow_custom_envs, watch_tab)
 
         timer = gr.Timer(poll_seconds, active=False)
+        runs_timer = gr.Timer(poll_seconds, active=False)  # on while the Runs tab shows a run that trains
         form_inputs = [controls[form_field.key] for form_field in FORM_FIELDS]
 
         # ---- live view
@@ -262,23 +282,47 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                                  **private)
 
         # ---- Runs tab
-        refresh_outputs = [runs_table, run_picker, compare_box, eval_run]
-        for trigger in (runs_tab.select, refresh_button.click, evaluate_tab.select):
-            trigger(studio.on_refresh_runs, [run_picker, compare_box], refresh_outputs, **private)
+        refresh_inputs = [run_picker, compare_box, game_filter, status_filter, sort_order]
+        refresh_outputs = [runs_table, run_picker, compare_box, eval_run, game_filter, filter_note]
+        history_inputs = [run_picker, compare_box, runs_viewed, runs_tab_shown]
+        history_outputs = [*history.outputs, runs_timer, runs_viewed]
+        runs_hidden = (lambda: (False, gr.Timer(active=False)), None, [runs_tab_shown, runs_timer])
+        runs_tab.select(lambda: True, None, runs_tab_shown, **private).then(
+            studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
+            studio.show_selected, history_inputs, history_outputs, **private)
+        refresh_button.click(studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
+            studio.show_selected, history_inputs, history_outputs, **private)
+        evaluate_tab.select(*runs_hidden, **private).then(
+            studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private)
+        train_tab = next(tab for tab in tabs.children if getattr(tab, "id", None) == "train")
+        for leave in (train_tab.select, watch_tab.select):
+            leave(*runs_hidden, **private)
+        for control in (game_filter, status_filter, sort_order):
+            control.input(studio.runs_table, [game_filter, status_filter, sort_order], [runs_table, filter_note],
+                          **private)
         runs_table.select(studio.on_table_select, None, run_picker, **private)
-        history_outputs = [*history.outputs, runs_viewed]
         for trigger in (run_picker.change, compare_box.change):
-            trigger(studio.show_selected, [run_picker, compare_box, runs_viewed], history_outputs, **private)
-        open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs], **private)
+            trigger(studio.show_selected, history_inputs, history_outputs, **private)
+            trigger(studio.on_compare_change, [run_picker, compare_box], [compare_note, config_diff], **private)
+        run_picker.change(studio.run_notes_fields, run_picker, [name_box, notes_box], **private)
+        runs_timer.tick(studio.on_runs_tick, [*history_inputs, game_filter, status_filter, sort_order],
+                        [*history.outputs, runs_table, filter_note, runs_timer, runs_viewed],
+                        show_progress="hidden", **private)
+        save_notes_button.click(studio.on_save_notes, [run_picker, name_box, notes_box], runs_message,
+                                **private).then(
+            studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
+            studio.show_selected, history_inputs, history_outputs, **private)
+        open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
+                          **private).then(*runs_hidden, **private)
         resume_button.click(studio.on_resume, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
-                            **private)
+                            **private).then(*runs_hidden, **private)
         stop_selected_button.click(studio.on_stop_selected, run_picker, runs_message, **private)
         delete_button.click(studio.on_delete_request, run_picker, [runs_message, confirm_delete_button], **private)
         confirm_delete_button.click(studio.on_delete_confirm, run_picker, [runs_message, confirm_delete_button],
                                     **private).then(
-            studio.on_refresh_runs, [run_picker, compare_box], refresh_outputs, **private)
+            studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private)
         wire_cleanup_buttons(cleanup_buttons, studio.manager, run_picker, runs_message, studio.on_refresh_runs,
-                             [run_picker, compare_box], refresh_outputs, **private)
+                             refresh_inputs, refresh_outputs, **private)
 
         # ---- Evaluate tab
         eval_run.change(studio.model_files, eval_run, eval_file, **private)

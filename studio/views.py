@@ -23,7 +23,7 @@ METRIC_COLUMNS = (
     "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
     "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate",
 )
-RUNS_TABLE_HEADERS = ["run", "env", "model", "status", "steps", "best return", "last return", "wall time",
+RUNS_TABLE_HEADERS = ["run", "name", "env", "model", "status", "steps", "best return", "last return", "wall time",
                       "disk (MiB)"]
 STATUS_LABELS = {
     "starting": "starting…", "running": "training", "stopping": "stopping… (saving the model)",
@@ -69,6 +69,7 @@ def status_html(run: RunSnapshot | None) -> str:
     parts = [
         f'<div class="run-status {html.escape(run.status)}">',
         f'<div class="status-row"><span class="badge {html.escape(run.status)}">{html.escape(label)}</span>',
+        f'<span class="run-title">{html.escape(run.name)}</span>' if run.name else "",
         f'<span class="run-name">{html.escape(run.run_id)}</span>',
         f'<span class="facts">{" · ".join(fact for fact in facts if fact)}</span></div>',
         f'<div class="progress"><div class="progress-fill" style="width:{run.progress * 100:.1f}%"></div></div>',
@@ -87,6 +88,7 @@ def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
     return [
         [
             run.run_id,
+            run.name,
             run.env_name,
             run.model_type,
             run.status,

@@ -154,7 +154,7 @@ def test_runs_table_row_has_the_columns_people_look_for(tmp_path):
         {"type": "end", "time": 1020.0, "status": "finished", "step": 5120, "final_model": None}])
     (row,) = views.runs_table_rows([run])
     assert dict(zip(views.RUNS_TABLE_HEADERS, row)) == {
-        "run": "cartpole-ppo-small-1", "env": "cartpole", "model": "ppo-small", "status": "finished",
+        "run": "cartpole-ppo-small-1", "name": "", "env": "cartpole", "model": "ppo-small", "status": "finished",
         "steps": 5120, "best return": 10.0, "last return": 10.0, "wall time": "0:20",
         "disk (MiB)": round(run_size_bytes(run.run_dir) / 2**20, 2),  # its numbers: tests/test_retention.py
     }
