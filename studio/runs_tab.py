@@ -129,6 +129,7 @@ def delete_refusal(run: RunSnapshot) -> str | None:
     """Why Delete may not even ask for a confirmation, or None: a run that still trains (the
     manager would refuse the delete after the click)."""
     if run.is_active:
-        return (f"**Run {run.title} is {run.status}: stop it first** (the *Stop* button, which saves its model), "
+        label = f"{run.name} ({run.run_id})" if run.name else f"Run {run.run_id}"
+        return (f"**{label} is {run.status}: stop it first** (the *Stop* button, which saves its model), "
                 "then delete it.")
     return None

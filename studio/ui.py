@@ -202,7 +202,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
             with gr.Tab("Runs", id="runs") as runs_tab:
                 gr.Markdown("Every run in the runs folder (this studio's, an earlier one's, the CLI's). Click a "
                             "row to select it; tick runs to compare their curves and configs.")
-                with gr.Row(equal_height=True):
+                with gr.Row(equal_height=False):
                     refresh_button = gr.Button("Refresh", size="sm", scale=0, min_width=100, elem_id="refresh-runs")
                     game_filter = gr.Dropdown([ALL], value=ALL, label="game", scale=1, min_width=140,
                                               elem_id="runs-game-filter")
@@ -311,7 +311,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         save_notes_button.click(studio.on_save_notes, [run_picker, name_box, notes_box], runs_message,
                                 **private).then(
             studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
-            studio.show_selected, history_inputs, history_outputs, **private)
+            studio.show_selected, history_inputs, history_outputs, **private).then(
+            studio.on_compare_change, [run_picker, compare_box], [compare_note, config_diff], **private)
         open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
                           **private).then(*runs_hidden, **private)
         resume_button.click(studio.on_resume, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
