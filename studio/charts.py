@@ -207,7 +207,10 @@ def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothi
                               legendgroup=name, **axes))
         panels.append((game, score, np.concatenate(panel_values) if panel_values else np.empty(0)))
 
-    title = _metric_title(metric, panels[0][1]) if len(panels) == 1 else f"{_metric_word(metric, None).capitalize()} by game"
+    if len(panels) == 1:
+        title = _metric_title(metric, panels[0][1])
+    else:  # several games, or none yet
+        title = _metric_title(metric, None) + (" by game" if panels else "")
     layout = _base_layout(height if len(panels) <= 1 else max(height, 250 * len(panels)), title=title)
     if not any(trace["x"] for trace in data):
         _show_waiting(layout, "Waiting for the first finished episode…")
@@ -223,7 +226,7 @@ def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothi
                 y_axis["type"] = "log"
             else:
                 layout["annotations"].append(_note(
-                    "log scale needs values above 0: linear here", x=1.0, y=top, xanchor="right", yanchor="bottom"))
+                    "log scale needs values above 0: linear here", x=0.5, y=top, xanchor="center", yanchor="bottom"))
         x_axis = {"title": {"text": x_title}, "anchor": f"y{suffix}"}
         if x == "steps":
             x_axis["tickformat"] = "~s"
@@ -368,15 +371,16 @@ def _metric_key(metric: str, score: GameScore) -> str:
     return {"score": score.key, "return": "episode_return_mean", "length": "episode_length_mean"}[metric]
 
 
-def _metric_word(metric: str, score: GameScore | None) -> str:
+def _metric_word(metric: str, score: GameScore) -> str:
     """The legend name of a single run's curve: "pipes", "return", "length"."""
+    return score.label if metric == "score" else metric
+
+
+def _metric_title(metric: str, score: GameScore | None) -> str:
+    """"Game score (pipes)", "Episode return", "Episode length"; "Game score" for no game in particular."""
     if metric == "score":
-        return score.label if score is not None else "score"
-    return metric
-
-
-def _metric_title(metric: str, score: GameScore) -> str:
-    return {"score": score.title, "return": "Episode return", "length": "Episode length"}[metric]
+        return score.title if score is not None else "Game score"
+    return {"return": "Episode return", "length": "Episode length"}[metric]
 
 
 def _axis_title(metric: str, score: GameScore) -> str:

@@ -114,13 +114,13 @@ def _build_chart_controls(prefix: str) -> list:
     scale, steps or training time on the x-axis."""
     default = ChartOptions()
     with gr.Row(equal_height=True, elem_classes=["chart-controls"]):
-        metric = gr.Radio([("game score", "score"), ("return", "return"), ("episode length", "length")],
-                          value=default.metric, label="chart", min_width=240, elem_id=f"{prefix}chart-metric")
-        smoothing = gr.Slider(0.0, MAX_SMOOTHING, value=default.smoothing, step=0.01, label="smoothing",
-                              min_width=160, elem_id=f"{prefix}chart-smoothing")
-        log_scale = gr.Checkbox(default.log, label="log scale", min_width=100, elem_id=f"{prefix}chart-log")
+        metric = gr.Radio([("game score", "score"), ("return", "return"), ("length", "length")],
+                          value=default.metric, label="chart", scale=3, min_width=330, elem_id=f"{prefix}chart-metric")
+        smoothing = gr.Slider(0.0, MAX_SMOOTHING, value=default.smoothing, step=0.01, label="smoothing (EMA)",
+                              scale=2, min_width=160, elem_id=f"{prefix}chart-smoothing")
+        log_scale = gr.Checkbox(default.log, label="log scale", scale=1, min_width=100, elem_id=f"{prefix}chart-log")
         x_axis = gr.Radio([("steps", "steps"), ("training time", "time")], value=default.x, label="x-axis",
-                          min_width=180, elem_id=f"{prefix}chart-x")
+                          scale=2, min_width=200, elem_id=f"{prefix}chart-x")
     return [metric, smoothing, log_scale, x_axis]
 
 
