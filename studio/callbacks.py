@@ -16,7 +16,7 @@ import gradio as gr
 from gradio.components.plot import PlotData
 
 from studio import runs_tab, views
-from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
+from studio.charts import ChartOptions, CurveSource, diagnostics_figure, reward_figure, system_figure
 from studio.form import (
     FORM_FIELDS,
     ConfigError,
@@ -88,9 +88,11 @@ class Studio:
     # ---- showing a run
 
     def render_run(self, run: RunSnapshot | None, overlays: Sequence[RunSnapshot], viewed: dict,
-                   with_log: bool) -> tuple[list, dict]:
-        """Updates for a RunView's outputs; unchanged parts are gr.skip()."""
+                   with_log: bool, chart: ChartOptions | None = None) -> tuple[list, dict]:
+        """Updates for a RunView's outputs; unchanged parts are gr.skip(). `chart`: what the
+        main chart shows (the controls above it)."""
         viewed = dict(viewed or {})
+        chart = chart or ChartOptions()
 
         def changed(part: str, key: object) -> bool:
             return changed_value(viewed, part, key)
@@ -107,8 +109,8 @@ class Studio:
             return updates, viewed
 
         sources = [run] + [other for other in overlays if other.run_id != run.run_id]
-        chart_key = tuple((source.run_id, source.update_count, source.status) for source in sources)
-        curves = [CurveSource(source.run_id, source.metrics) for source in sources]
+        chart_key = (chart, *((source.run_id, source.update_count, source.status) for source in sources))
+        curves = [CurveSource(source.run_id, source.metrics, source.env_name) for source in sources]
         # Redrawing plotly charts costs the browser more than anything else on the page: at most
         # every `chart_seconds` while a shown run trains, and once more when it ends; at once when
         # the runs shown change (a new selection, a run ticked to compare).
@@ -119,7 +121,7 @@ class Studio:
         if charts_changed:
             viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids
         updates: list = [views.status_html(run)]
-        updates.append(plot_data(reward_figure(curves)) if charts_changed else gr.skip())
+        updates.append(plot_data(reward_figure(curves, **chart.kwargs())) if charts_changed else gr.skip())
 
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
@@ -133,7 +135,7 @@ class Studio:
             if log_changed:
                 viewed["log_at"] = time.time()
             updates.append(views.log_html(views.log_text(run)) if log_changed else gr.skip())
-        updates.append(plot_data(diagnostics_figure(curves)) if charts_changed else gr.skip())
+        updates.append(plot_data(diagnostics_figure(curves, x=chart.x)) if charts_changed else gr.skip())
 
         # Each changed file handed to a download button is copied into Gradio's cache: while the
         # run trains, refresh them at most every FILES_SECONDS; at the end, at once.
@@ -151,10 +153,12 @@ class Studio:
                 updates.append(gr.skip())
         return updates, viewed
 
-    def on_tick(self, run_id: str, viewed: dict):
-        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load."""
+    def on_tick(self, run_id: str, viewed: dict, *chart_controls):
+        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load.
+        Also what a change of the chart's controls calls: a changed option redraws the charts."""
         run = self._snapshot(run_id)
-        updates, viewed = self.render_run(run, [], viewed, with_log=True)
+        updates, viewed = self.render_run(run, [], viewed, with_log=True,
+                                          chart=ChartOptions.from_controls(*chart_controls))
         active = run is not None and run.is_active
         can_stop = active and run.status != "stopping"
         stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
@@ -241,9 +245,13 @@ class Studio:
 
     # ---- the Runs tab
 
-    def runs_table(self, game: str | None, status: str | None, order: str | None,
-                   runs: Sequence[RunSnapshot] | None = None) -> tuple[list[list], str]:
-        """The table's rows (filtered by game and status, sorted) and the line saying how many."""
+    def runs_table(self, game: str | None, status: str | None, order: str | None):
+        """The table (filtered by game and status, sorted) and the line saying how many it lists."""
+        rows, note = self._table_rows(game, status, order)
+        return views.runs_table(rows), note
+
+    def _table_rows(self, game: str | None, status: str | None, order: str | None,
+                    runs: Sequence[RunSnapshot] | None = None) -> tuple[list[list], str]:
         runs = self.manager.list_runs() if runs is None else runs
         shown = runs_tab.table_runs(runs, game, status, order)
         return views.runs_table_rows(shown), runs_tab.filter_note(len(shown), len(runs))
@@ -259,9 +267,9 @@ class Studio:
         compared = [run_id for run_id in (compared or []) if run_id in ids]
         games = runs_tab.game_filter_choices(runs)
         game = game if game in games else runs_tab.ALL
-        rows, note = self.runs_table(game, status, order, runs)
+        rows, note = self._table_rows(game, status, order, runs)
         return (
-            rows,
+            views.runs_table(rows),
             gr.Dropdown(choices=_run_choices(runs), value=selected),
             gr.CheckboxGroup(choices=_run_choices(runs), value=compared),
             gr.Dropdown(choices=[run.run_id for run in runs if run.final_model or run.latest_checkpoint]),
@@ -283,33 +291,36 @@ class Studio:
         return shown
 
     def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict,
-                      tab_shown: bool = True):
-        """The selected run with the ticked runs overlaid. Outputs: the run view, the Runs
-        tab's timer (on while the tab shows a run that trains) and what this session has drawn."""
-        updates, viewed, live = self._render_shown(run_id, compared, viewed)
+                      tab_shown: bool = True, *chart_controls):
+        """The selected run with the ticked runs overlaid (also what a change of the chart's
+        controls calls). Outputs: the run view, the Runs tab's timer (on while the tab shows a run
+        that trains) and what this session has drawn."""
+        updates, viewed, live = self._render_shown(run_id, compared, viewed, chart_controls)
         return (*updates, gr.Timer(active=tab_shown and live), viewed)
 
-    def _render_shown(self, run_id: str | None, compared: list[str] | None, viewed: dict) -> tuple[list, dict, bool]:
+    def _render_shown(self, run_id: str | None, compared: list[str] | None, viewed: dict,
+                      chart_controls: Sequence) -> tuple[list, dict, bool]:
         """render_run's updates for the shown runs, and whether one of them trains."""
         shown = self._shown_runs(run_id, compared)
-        updates, viewed = self.render_run(shown[0] if shown else None, shown[1:], viewed, with_log=False)
+        updates, viewed = self.render_run(shown[0] if shown else None, shown[1:], viewed, with_log=False,
+                                          chart=ChartOptions.from_controls(*chart_controls))
         return updates, viewed, any(run.is_active for run in shown)
 
     def on_runs_tick(self, run_id: str | None, compared: list[str] | None, viewed: dict, tab_shown: bool,
-                     game: str | None, status: str | None, order: str | None):
+                     game: str | None, status: str | None, order: str | None, *chart_controls):
         """Timer tick of the Runs tab: the shown runs' status line, charts and files (unchanged parts
         skipped), and every TABLE_SECONDS the table (its steps and states move too). The timer
         switches itself off once no shown run trains, or when the tab is not shown."""
         if not tab_shown:
             return (*[gr.skip()] * self._run_view_size(with_log=False), gr.skip(), gr.skip(),
                     gr.Timer(active=False), viewed)
-        updates, viewed, live = self._render_shown(run_id, compared, viewed)
+        updates, viewed, live = self._render_shown(run_id, compared, viewed, chart_controls)
         rows = note = gr.skip()
         if time.time() - viewed.get("table_at", 0.0) >= TABLE_SECONDS:
             viewed["table_at"] = time.time()
-            table, text = self.runs_table(game, status, order)
+            table, text = self._table_rows(game, status, order)
             if changed_value(viewed, "table", (table, text)):
-                rows, note = table, text
+                rows, note = views.runs_table(table), text
         return (*updates, rows, note, gr.skip() if live else gr.Timer(active=False), viewed)
 
     @staticmethod

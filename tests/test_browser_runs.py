@@ -32,9 +32,10 @@ CURVES = """() => {
   }
   return curves;
 }"""
+# The step the Runs tab's status line shows ("step 12.3k"; the exact count is its title).
 STATUS_STEP = """() => {
-  const match = (document.querySelector('#runs-status') || {innerText: ''}).innerText.match(/step ([\\d,]+)/);
-  return match ? Number(match[1].replace(/,/g, '')) : -1;
+  const step = document.querySelector('#runs-status .facts span[title]');
+  return step ? Number(step.title.replace(/,/g, '')) : -1;
 }"""
 
 

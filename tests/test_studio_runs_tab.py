@@ -7,6 +7,7 @@ Delete on a running run says to stop it first instead of offering a confirmation
 from __future__ import annotations
 
 import json
+import re
 import multiprocessing
 import contextlib
 import threading
@@ -45,10 +46,11 @@ def finished_run(studio: Studio, **config) -> str:
 
 
 @contextlib.contextmanager
-def training_run(studio: Studio):
+def training_run(studio: Studio, run_dir: Path | None = None):
     """A run that trains (in a thread of this process, which owns its folder) until the block ends."""
-    run_dir = create_run_dir(CONFIG, studio.manager.runs_dir)
-    write_config(run_dir, CONFIG)
+    if run_dir is None:
+        run_dir = create_run_dir(CONFIG, studio.manager.runs_dir)
+        write_config(run_dir, CONFIG)
     stop = threading.Event()
     thread = threading.Thread(target=fake_endless_trainer, args=(CONFIG, str(run_dir), None, stop, False))
     thread.start()
@@ -60,9 +62,14 @@ def training_run(studio: Studio):
         thread.join(20)
 
 
+def table_rows(table) -> list[list]:
+    """The rows a Runs table update shows (views.runs_table: a pandas Styler over the rows)."""
+    return table.data.astype(object).where(table.data.notna(), None).values.tolist()
+
+
 def shown_step(status_html: str) -> int:
-    """The step the status line shows ("step <b>1,234</b> / ...")."""
-    return int(status_html.split("step <b>")[1].split("<")[0].replace(",", ""))
+    """The step the status line shows (exactly, in the title of its "step 12.3k")."""
+    return int(re.search(r'step <b><span title="([\d,]+)"', status_html).group(1).replace(",", ""))
 
 
 def timer_active(update) -> bool | None:
@@ -112,8 +119,8 @@ def test_a_finished_run_needs_no_timer_and_sends_nothing_twice(tmp_path):
 def test_a_run_started_outside_the_studio_appears_on_refresh_and_moves(tmp_path):
     """A CLI run: another process owns the folder and writes its events; the studio only reads."""
     studio = make_studio(tmp_path)
-    rows, *_ = studio.on_refresh_runs(None, [], "all", "all", "newest first")
-    assert rows == []
+    table, *_ = studio.on_refresh_runs(None, [], "all", "all", "newest first")
+    assert table_rows(table) == []
     run_dir = create_run_dir(CONFIG, studio.manager.runs_dir)
     write_config(run_dir, CONFIG)
     context = multiprocessing.get_context("spawn")
@@ -122,7 +129,8 @@ def test_a_run_started_outside_the_studio_appears_on_refresh_and_moves(tmp_path)
     process.start()
     try:
         wait_for(lambda: (run_dir / "owner.json").exists() and studio.manager.get(run_dir.name).step >= 100)
-        rows, picker, *_ = studio.on_refresh_runs(None, [], "all", "all", "newest first")
+        table, picker, *_ = studio.on_refresh_runs(None, [], "all", "all", "newest first")
+        rows = table_rows(table)
         assert [row[0] for row in rows] == [run_dir.name] and picker.value == run_dir.name
         assert rows[0][views.RUNS_TABLE_HEADERS.index("status")] == "running"
         *view, timer, viewed = studio.show_selected(run_dir.name, [], {}, True)
@@ -135,6 +143,17 @@ def test_a_run_started_outside_the_studio_appears_on_refresh_and_moves(tmp_path)
         stop.set()
         process.join(20)
     wait_for(lambda: studio.manager.get(run_dir.name).status == "stopped")
+
+
+def test_a_cli_run_seen_before_its_trainer_took_the_folder_is_not_called_interrupted_once_it_trains(tmp_path):
+    studio = make_studio(tmp_path)
+    run_dir = create_run_dir(CONFIG, studio.manager.runs_dir)
+    write_config(run_dir, CONFIG)  # the CLI writes config.yaml before its trainer owns the folder
+    assert studio.manager.get(run_dir.name).status == "interrupted"
+    with training_run(studio, run_dir) as run_id:
+        run = studio.manager.get(run_id)
+        assert run.status == "running" and run.error_message is None
+        assert "interrupted" not in views.status_html(run) and "without an end event" not in views.status_html(run)
 
 
 # ----------------------------------------------------------------------------- names and notes
@@ -151,8 +170,8 @@ def test_names_and_notes_are_stored_in_the_run_folder_and_come_back_after_a_rest
     restarted = make_studio(tmp_path)  # a new studio on the same folder
     run = restarted.manager.get(run_id)
     assert (run.name, run.notes) == ("baseline, lr 3e-4", "First try.\nEntropy fell early.")
-    rows, picker, compare, *_ = restarted.on_refresh_runs(None, [], "all", "all", "newest first")
-    assert rows[0][views.RUNS_TABLE_HEADERS.index("name")] == "baseline, lr 3e-4"
+    table, picker, compare, *_ = restarted.on_refresh_runs(None, [], "all", "all", "newest first")
+    assert table_rows(table)[0][views.RUNS_TABLE_HEADERS.index("name")] == "baseline, lr 3e-4"
     assert ("baseline, lr 3e-4 (" + run_id + ")", run_id) in picker.choices
     assert "baseline, lr 3e-4" in views.status_html(run)
     name_box, notes_box = restarted.run_notes_fields(run_id)
@@ -232,8 +251,8 @@ def test_the_table_handler_applies_the_filters(tmp_path):
     studio = make_studio(tmp_path)
     finished_run(studio)
     finished_run(studio, env_name="snake", seed=2)
-    rows, note = studio.runs_table("snake", "all", "newest first")
-    assert [row[views.RUNS_TABLE_HEADERS.index("env")] for row in rows] == ["snake"]
+    table, note = studio.runs_table("snake", "all", "newest first")
+    assert [row[views.RUNS_TABLE_HEADERS.index("env")] for row in table_rows(table)] == ["snake"]
     assert note == "Showing 1 of 2 runs (the filters hide 1)."
     *_, games, _ = studio.on_refresh_runs(None, [], "nosuchgame", "all", "newest first")
     assert games.value == "all" and games.choices == [("all", "all"), ("cartpole", "cartpole"), ("snake", "snake")]
