@@ -6,6 +6,7 @@ process it spawned: `os.killpg` on the group, never a name-based kill.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -91,3 +92,19 @@ def http_status(url: str) -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+@contextlib.contextmanager
+def studio_page(server: StudioServer, **page_options):
+    """A headless Chromium page on the studio, loaded (its Start button shown); closed after."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(**{"viewport": {"width": 1500, "height": 1100}, **page_options})
+            page.goto(server.url, wait_until="load")
+            page.locator("#start").wait_for()
+            yield page
+        finally:
+            browser.close()
