@@ -149,7 +149,7 @@ class Studio:
         return updates, viewed
 
     def on_tick(self, run_id: str, viewed: dict):
-        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load."""
+        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load, nodes."""
         run = self._snapshot(run_id)
         updates, viewed = self.render_run(run, [], viewed, with_log=True)
         active = run is not None and run.is_active
@@ -159,7 +159,7 @@ class Studio:
         new_sample = bool(samples) and changed_value(viewed, "usage_at", samples[-1].time)
         usage = plot_data(system_figure(samples)) if new_sample else gr.skip()
         timer = gr.skip() if active else gr.Timer(active=False)
-        return (*updates, usage, stop_button, timer, self.nodes_update(run, viewed), viewed)
+        return (*updates, usage, stop_button, self.nodes_update(run, viewed), timer, viewed)
 
     def nodes_update(self, run: RunSnapshot | None, viewed: dict):
         """The cluster panel (world size, one row per node) of a run launched through the elastic

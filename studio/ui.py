@@ -248,7 +248,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         form_inputs = [controls[form_field.key] for form_field in FORM_FIELDS]
 
         # ---- live view
-        live_outputs = [*live.outputs, system_plot, stop_button, timer, cluster_panel, live_viewed]
+        live_outputs = [*live.outputs, system_plot, stop_button, cluster_panel, timer, live_viewed]
         timer.tick(studio.on_tick, [run_box, live_viewed], live_outputs, show_progress="hidden",
                    **private)
         start_button.click(studio.on_start, form_inputs, [train_message, run_box, timer, live_viewed],

@@ -192,3 +192,28 @@ def test_cli_run_on_two_processes_appears_in_the_runs_tab_like_any_other(tmp_pat
     row = runs_table_rows(runs)[0]
     assert runs[0].run_id in row and "finished" in row
     assert "World size 2" in run_nodes_html(runs[0].run_dir)
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def test_only_the_page_that_started_a_run_sees_its_worker_command(tmp_path):
+    from studio.callbacks import Studio
+
+    manager = RunManager(tmp_path, target=fake_endless_trainer, cluster_port=free_port())
+    studio = Studio(manager)
+    values = form_values(tuned_config("cartpole"))
+    values[[form_field.key for form_field in FORM_FIELDS].index("max_nodes")] = 2
+    message, run_id, _, starter = studio.on_start(*values)
+    join = manager.worker_join(run_id)
+    assert join.command in message and "--cluster-host" in message  # loopback: says how to open it
+    run = manager.get(run_id)
+    monitor = NodeMonitor(None, join.token, Path(run.run_dir), 1, 2, lambda line: None, join.master)
+    monitor.nodes = {"m": Node("m", "127.0.0.1", "here", 1, time.time(), time.time())}
+    monitor.write_table()
+    mine = studio.on_tick(run_id, starter)[-3]
+    theirs = studio.on_tick(run_id, {})[-3]  # another tab opened on the same run
+    assert mine.visible and join.command in mine.value and "World size 1" in mine.value
+    assert theirs.visible and join.token not in theirs.value and "--token TOKEN" in theirs.value
+    assert join.token not in repr(studio.api_runs()) and join.token not in repr(studio.api_poll(run_id))
+    manager.shutdown()
