@@ -60,6 +60,11 @@ def _launch(entry_args: list[str], nproc: int, min_nodes: int, max_nodes: int, m
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     backend = register_guarded_rendezvous(token, node_address, nproc)
+    # A fresh bootstrap store for every rendezvous round. torch's default shares one TCPStore
+    # across rounds without a per-round prefix, so after a re-formation a new rank can read the
+    # dead rank's gloo address and fail ("connectFullMesh ... Connection refused"), burning an
+    # extra restart or hanging the round; every agent of the run must agree, so all set it here.
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     config = LaunchConfig(min_nodes=min_nodes, max_nodes=max_nodes, nproc_per_node=nproc, run_id=run_id,
                           rdzv_backend=backend, rdzv_endpoint=f"{store_host}:{port}",
                           rdzv_configs={"is_host": False, **RENDEZVOUS_TIMEOUTS}, max_restarts=max_restarts,
@@ -224,7 +229,7 @@ def rank_command(argv: list[str]) -> int:
     parser.add_argument("--store", required=True)
     parser.add_argument("--allow-custom-envs", action="store_true")
     args = parser.parse_args(argv)
-    from trainer.distributed import setup_distributed, shutdown_distributed
+    from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.events import LogSink
     from trainer.loop import train
     from trainer.setup import device_type
@@ -235,8 +240,7 @@ def rank_command(argv: list[str]) -> int:
     config = _config_from_store(store, f"the master at {host}:{port}", writer or args.allow_custom_envs)
     run_dir = Path(store_get(store, "run_dir"))
     context = setup_distributed(config.backend, device_type(config))
-    # The writer decides from its disk whether the run already has anything to resume from.
-    resume = context.broadcast_object(_has_progress(run_dir, config) if context.is_main else None)
+    resume = continues_its_run(context, run_dir, config)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     sinks = []
     if context.is_main:
@@ -249,11 +253,3 @@ def rank_command(argv: list[str]) -> int:
         shutdown_distributed()
     return EXIT_OK
 
-
-def _has_progress(run_dir: Path, config) -> bool:
-    from trainer.checkpoint import list_checkpoints
-    from trainer.run_dir import checkpoint_folder
-
-    metrics = run_dir / "metrics.jsonl"
-    return (metrics.is_file() and metrics.stat().st_size > 0) or bool(list_checkpoints(checkpoint_folder(run_dir,
-                                                                                                           config)))
