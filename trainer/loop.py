@@ -296,7 +296,7 @@ class TrainingSession:
             write_config(self.run_dir, self.config)
         self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
                       config=self.config.to_dict(), device=str(self.device),
-                      total_timesteps=self.num_updates * self.steps_per_update,
+                      total_timesteps=self.global_step + (self.num_updates - self.update) * self.steps_per_update,
                       resumed_from_step=self.resumed_from_step, world_size=self.world_size,
                       num_updates=self.num_updates)
         for message in self._pending_logs:
