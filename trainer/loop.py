@@ -110,7 +110,7 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
 def open_run_dir(bus: EventBus, run_dir: Path, config: TrainConfig, resume: bool = False) -> None:
     """Make (or reopen, to resume) a run directory and attach its file sinks, metrics.jsonl and
     train.log. Refuses a directory that holds another run unless resuming."""
-    if not resume and _holds_a_run(run_dir, config):
+    if not resume and holds_a_run(run_dir, config):
         raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
                           f"(--resume {run_dir}) or train into a new run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,8 @@ def report_failure(bus: EventBus, error: BaseException, session: "TrainingSessio
                   step=session.global_step if session else 0, final_model=None)
 
 
-def _holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
+def holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
+    """The folder already has events or checkpoints of a run (so training into it is a resume)."""
     metrics = run_dir / "metrics.jsonl"
     return (metrics.is_file() and metrics.stat().st_size > 0) or bool(
         list_checkpoints(checkpoint_folder(run_dir, config)))
@@ -295,7 +296,7 @@ class TrainingSession:
             write_config(self.run_dir, self.config)
         self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
                       config=self.config.to_dict(), device=str(self.device),
-                      total_timesteps=self.num_updates * self.steps_per_update,
+                      total_timesteps=self.global_step + (self.num_updates - self.update) * self.steps_per_update,
                       resumed_from_step=self.resumed_from_step, world_size=self.world_size,
                       num_updates=self.num_updates)
         for message in self._pending_logs:
