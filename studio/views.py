@@ -16,6 +16,7 @@ from typing import Sequence
 
 from studio.runs import GifInfo, RunSnapshot
 from studio.warnings import log_with_warnings, troubles, warning_banner
+from trainer.events import clip_caption
 from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
 
 METRIC_COLUMNS = (
@@ -105,14 +106,16 @@ def _rounded(value: float | None) -> float | None:
 
 
 def gif_caption(gif: GifInfo | None) -> str:
+    """The line under the rollout GIF (never on it: the game draws its own score there): the step
+    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words."""
     if gif is None:
-        return "Rollout (the first GIF comes after the first updates)"
-    facts = [f"step {gif.step:,}"]
-    if gif.episode_return is not None:
-        facts.append(f"return {format_number(gif.episode_return)}")
-    if gif.episode_score is not None:
-        facts.append(f"score {format_number(gif.episode_score, 0)}")
-    return "Rollout at " + " · ".join(facts)
+        return "Rollout: the first GIF comes right after the first update."
+    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return, gif.episode_score)
+    return f"Rollout at step {gif.step:,}" + (f": {shown}" if shown else "")
+
+
+def gif_caption_html(gif: GifInfo | None) -> str:
+    return f'<div class="gif-caption">{html.escape(gif_caption(gif))}</div>'
 
 
 def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
