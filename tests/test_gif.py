@@ -130,3 +130,23 @@ def test_a_cut_episode_is_played_on_to_its_end_and_the_caption_says_so(tmp_path,
     # It stops at the 4th frame, taken after 6 steps: 6 steps played, all of them shown.
     assert not running.episode_ended and running.episode_steps == running.steps_shown == 6
     assert running.caption == "first 6 steps of an episode still running · return 6.0 so far · score 6 so far"
+
+
+def test_evaluate_gifs_are_captioned_the_same_way(tmp_path):
+    """`trainer evaluate --gif` and the Evaluate tab: the GIF of the first episode, cut at its
+    frame limit, says so with the episode's real length (played to the end anyway)."""
+    from studio.evaluate import evaluate_checkpoint
+    from trainer.evaluate import evaluate
+    from trainer.loop import train
+
+    config = config_from_dict({"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64,
+                               "total_timesteps": 256, "gif_interval": 0, "seed": 2, "device": "cpu"})
+    model = train(config, tmp_path / "run").final_model
+    whole = evaluate(model, episodes=2, num_envs=1, gif_path=tmp_path / "whole.gif", gif_max_frames=10_000)
+    assert whole.gif_caption == (f"whole episode, {whole.lengths[0]} steps · return {whole.returns[0]:.1f} · "
+                                 f"score {whole.scores[0]:.0f}")
+    cut = evaluate(model, episodes=2, num_envs=1, gif_path=tmp_path / "cut.gif", gif_max_frames=3)
+    assert cut.gif_caption.startswith(f"first 6 of {whole.lengths[0]} steps · return {whole.returns[0]:.1f}")
+    assert f"({cut.gif_caption})" in cut.summary()
+    summary = evaluate_checkpoint(model, episodes=2, gif_path=tmp_path / "tab.gif", gif_max_frames=3)
+    assert summary.gif_path and "The GIF, the first episode: first 6 of " in summary.markdown()
