@@ -123,7 +123,8 @@ class Studio:
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
         if changed("gif", (run.run_id, gif_path)):
-            updates += [gr.Image(value=gif_path), views.gif_caption_html(gif if gif_path else None)]
+            updates += [gr.Image(value=gif_path),
+                        views.gif_caption_html(gif if gif_path else None, run.config.get("env_name"))]
         else:
             updates += [gr.skip(), gr.skip()]
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too

@@ -135,17 +135,20 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def gif_caption(gif: GifInfo | None) -> str:
+def gif_caption(gif: GifInfo | None, env_name: str | None = None) -> str:
     """The line under the rollout GIF (never on it: the game draws its own score there): the step
-    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words."""
+    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words,
+    the score in the game's unit (none for a Gymnasium env: its score is the return)."""
     if gif is None:
         return "Rollout: the first GIF comes right after the first update."
-    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return, gif.episode_score)
+    score = game_score(env_name)
+    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return,
+                         None if score.is_return else gif.episode_score, score.unit)
     return f"Rollout at step {gif.step:,}" + (f": {shown}" if shown else "")
 
 
-def gif_caption_html(gif: GifInfo | None) -> str:
-    return f'<div class="gif-caption">{html.escape(gif_caption(gif))}</div>'
+def gif_caption_html(gif: GifInfo | None, env_name: str | None = None) -> str:
+    return f'<div class="gif-caption">{html.escape(gif_caption(gif, env_name))}</div>'
 
 
 def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:

@@ -17,24 +17,28 @@ from trainer.setup import policy_spec
 
 
 def test_the_caption_says_whether_the_gif_holds_the_whole_episode():
-    assert clip_caption(212, 212, True, 212.0, 212.0) == "whole episode, 212 steps · return 212.0 · score 212"
-    # Cut by the frame limit, played on to the end: the episode's own length, return and score.
-    assert clip_caption(300, 2140, True, 1291.46, 31.0) == "first 300 of 2,140 steps · return 1,291.5 · score 31"
+    assert (clip_caption(212, 212, True, 212.0, 212.0, "steps balanced")
+            == "whole episode, 212 steps · 212 steps balanced · return 212.0")
+    # Cut by the frame limit, played on to the end: the episode's own length, score and return.
+    assert (clip_caption(300, 2140, True, 1291.46, 31.0, "pipes")
+            == "first 300 of 2,140 steps · 31 pipes · return 1,291.5")
     # Still running when the time to play on ran out: what it had reached, said as such.
-    assert (clip_caption(300, 5000, False, 1900.0, 140.0)
-            == "first 300 steps of an episode still running after 5,000 · return 1,900.0 so far · score 140 so far")
-    assert clip_caption(300, 300, False, 90.0, 7.0) == ("first 300 steps of an episode still running · "
-                                                        "return 90.0 so far · score 7 so far")
-    # An event written before these fields existed; an env without a score.
-    assert clip_caption(None, None, None, 42.25, 3.0) == "return 42.2 · score 3"
-    assert clip_caption(50, 50, True, -0.1, None) == "whole episode, 50 steps · return -0.1"
+    assert (clip_caption(300, 5000, False, 1900.0, 140.0, "pipes")
+            == "first 300 steps of an episode still running after 5,000 · 140 pipes so far · return 1,900.0 so far")
+    assert (clip_caption(300, 300, False, 90.0, 7.0, "pipes")
+            == "first 300 steps of an episode still running · 7 pipes so far · return 90.0 so far")
+    # No unit known (the log line); a Gymnasium env, whose score is the return (said once);
+    # an event written before these fields existed.
+    assert clip_caption(50, 50, True, -0.1, 0.0) == "whole episode, 50 steps · score 0 · return -0.1"
+    assert clip_caption(200, 200, True, -985.2, None) == "whole episode, 200 steps · return -985.2"
+    assert clip_caption(None, None, None, 42.25, 3.0, "food") == "3 food · return 42.2"
 
 
 def test_the_log_line_of_a_gif_uses_the_same_caption():
     event = make_event("gif", step=8192, path="/r/rollouts/step_8192.gif", episode_return=1291.5, episode_score=31.0,
                        frames=300, seconds=2.0, steps_shown=300, episode_steps=2140, episode_ended=True)
     assert format_event(event) == ("Rollout GIF at step 8192 (300 frames): first 300 of 2,140 steps · "
-                                   "return 1,291.5 · score 31: /r/rollouts/step_8192.gif")
+                                   "score 31 · return 1,291.5: /r/rollouts/step_8192.gif")
 
 
 # -- the schedule --------------------------------------------------------------------------------
@@ -129,7 +133,8 @@ def test_a_cut_episode_is_played_on_to_its_end_and_the_caption_says_so(tmp_path,
     recorder.close()
     # It stops at the 4th frame, taken after 6 steps: 6 steps played, all of them shown.
     assert not running.episode_ended and running.episode_steps == running.steps_shown == 6
-    assert running.caption == "first 6 steps of an episode still running · return 6.0 so far · score 6 so far"
+    assert running.caption == ("first 6 steps of an episode still running · 6 steps balanced so far · "
+                               "return 6.0 so far")
 
 
 def test_evaluate_gifs_are_captioned_the_same_way(tmp_path):
@@ -143,10 +148,10 @@ def test_evaluate_gifs_are_captioned_the_same_way(tmp_path):
                                "total_timesteps": 256, "gif_interval": 0, "seed": 2, "device": "cpu"})
     model = train(config, tmp_path / "run").final_model
     whole = evaluate(model, episodes=2, num_envs=1, gif_path=tmp_path / "whole.gif", gif_max_frames=10_000)
-    assert whole.gif_caption == (f"whole episode, {whole.lengths[0]} steps · return {whole.returns[0]:.1f} · "
-                                 f"score {whole.scores[0]:.0f}")
+    assert whole.gif_caption == (f"whole episode, {whole.lengths[0]} steps · {whole.scores[0]:.0f} steps balanced · "
+                                 f"return {whole.returns[0]:.1f}")
     cut = evaluate(model, episodes=2, num_envs=1, gif_path=tmp_path / "cut.gif", gif_max_frames=3)
-    assert cut.gif_caption.startswith(f"first 6 of {whole.lengths[0]} steps · return {whole.returns[0]:.1f}")
+    assert cut.gif_caption == whole.gif_caption.replace("whole episode,", "first 6 of")
     assert f"({cut.gif_caption})" in cut.summary()
     summary = evaluate_checkpoint(model, episodes=2, gif_path=tmp_path / "tab.gif", gif_max_frames=3)
     assert summary.gif_path and "The GIF, the first episode: first 6 of " in summary.markdown()

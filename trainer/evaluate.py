@@ -192,7 +192,9 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
             steps_shown = min(episode_steps, len(frames) * skip)
             if len(frames) < gif_max_frames:
                 steps_shown = episode_steps  # not cut by the frame limit: the GIF holds all of it
-            result.gif_caption = clip_caption(steps_shown, episode_steps, ended, episode_return, episode_score)
+            unit = getattr(env, "score_unit", None)  # None: the score is the return, said once
+            result.gif_caption = clip_caption(steps_shown, episode_steps, ended, episode_return,
+                                              episode_score if unit else None, unit)
         return result
     finally:
         env.close()

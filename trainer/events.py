@@ -239,13 +239,15 @@ def format_number(value: float | None, digits: int = 1) -> str:
 
 
 def clip_caption(steps_shown: int | None, episode_steps: int | None, episode_ended: bool | None,
-                 episode_return: float | None, episode_score: float | None) -> str:
+                 episode_return: float | None, episode_score: float | None, score_unit: str | None = None) -> str:
     """What a GIF shows of its episode, said honestly: the whole episode, the first part of one
-    that ended later (with that episode's return and score), or the first part of one still
+    that ended later (with that episode's score and return), or the first part of one still
     running when playing stopped (with what it had reached). The one wording for rollout GIFs
     (studio/views.py, the log line below), Evaluate GIFs (studio/evaluate.py) and
     `python -m trainer evaluate --gif`; here, beside the gif event, so the studio needs no torch.
-    A GIF event from before these fields existed (steps_shown None) gets only return and score."""
+    score_unit: the game's ("pipes"; else "score 31"); pass episode_score None where the score
+    is the return (Gymnasium envs). A GIF event from before these fields existed (steps_shown
+    None) gets score and return only."""
     so_far = ""
     if steps_shown is None or episode_steps is None:
         facts = []
@@ -257,10 +259,10 @@ def clip_caption(steps_shown: int | None, episode_steps: int | None, episode_end
         after = f" after {episode_steps:,}" if episode_steps > steps_shown else ""
         facts = [f"first {steps_shown:,} steps of an episode still running{after}"]
         so_far = " so far"
+    if episode_score is not None:
+        facts.append((f"{episode_score:,.0f} {score_unit}" if score_unit else f"score {episode_score:,.0f}") + so_far)
     if episode_return is not None:
         facts.append(f"return {episode_return:,.1f}{so_far}")
-    if episode_score is not None:
-        facts.append(f"score {episode_score:,.0f}{so_far}")
     return " · ".join(facts)
 
 

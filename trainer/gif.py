@@ -49,11 +49,13 @@ class GifResult:
     episode_ended: bool = False   # False: still running when the frames and the time to play on ran out
     drawing_seconds: float = 0.0  # of `seconds`: playing the drawn steps, drawing and writing the GIF
     steps_played_on: int = 0      # steps played past the last frame (without drawing)
+    score_unit: str | None = None  # the game's (VecEnv.score_unit); None: the score is the return
 
     @property
     def caption(self) -> str:
-        return clip_caption(self.steps_shown, self.episode_steps, self.episode_ended, self.episode_return,
-                            self.episode_score)
+        score = self.episode_score if self.score_unit else None
+        return clip_caption(self.steps_shown, self.episode_steps, self.episode_ended, self.episode_return, score,
+                            self.score_unit)
 
     def event_fields(self) -> dict:
         """The `gif` event's fields (trainer/events.py EVENT_SCHEMA)."""
@@ -116,7 +118,8 @@ class GifRecorder:
         seconds = time.perf_counter() - started
         return GifResult(Path(path), episode_return, score, len(frames), seconds, steps_shown, step, ended,
                          drawing_seconds=seconds - played_on_seconds,
-                         steps_played_on=step - played_on_from if playing_on_since is not None else 0)
+                         steps_played_on=step - played_on_from if playing_on_since is not None else 0,
+                         score_unit=getattr(env, "score_unit", None))
 
     def close(self) -> None:
         if self._env is not None:
