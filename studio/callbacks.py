@@ -102,7 +102,8 @@ class Studio:
             updates = [views.status_html(None)]
             empty = changed("charts", None)
             updates += [plot_data(reward_figure([])) if empty else gr.skip()]
-            updates += [gr.Image(value=None, label=views.gif_caption(None)) if changed("gif", None) else gr.skip()]
+            updates += ([gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None)
+                        else [gr.skip(), gr.skip()])
             updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
             updates += [plot_data(diagnostics_figure([])) if empty else gr.skip()]
             updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
@@ -127,9 +128,10 @@ class Studio:
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
         if changed("gif", (run.run_id, gif_path)):
-            updates.append(gr.Image(value=gif_path, label=views.gif_caption(gif if gif_path else None)))
+            updates += [gr.Image(value=gif_path),
+                        views.gif_caption_html(gif if gif_path else None, run.config.get("env_name"))]
         else:
-            updates.append(gr.skip())
+            updates += [gr.skip(), gr.skip()]
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
             log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
             log_changed = log_due and changed("log", views.log_identity(run))

@@ -57,6 +57,7 @@ CSS = """
   background: #fef2f2; padding: 8px; border-radius: 6px}
 #train-message p, #runs-message p, #eval-message p {margin: 4px 0}
 #rollout-gif img {image-rendering: pixelated; object-fit: contain}
+.gif-caption {font-size: 0.9em; color: var(--body-text-color-subdued); padding: 2px 4px}
 .log-box {height: 340px; overflow-y: auto; display: flex; flex-direction: column-reverse;
   border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--block-background-fill)}
 .log-box pre {margin: 0; padding: 8px 10px; font-family: var(--font-mono); font-size: 0.78em;
@@ -81,13 +82,14 @@ class RunView:
     reward_plot: gr.Plot
     diagnostics_plot: gr.Plot
     gif: gr.Image
+    gif_caption: gr.HTML       # under the GIF, not on it (the games draw their score at the top)
     log: gr.HTML | None
     downloads: list[gr.DownloadButton]
     chart_controls: list  # metric, smoothing, log scale, x-axis: ChartOptions.from_controls(*values)
 
     @property
     def outputs(self) -> list:
-        shown = [self.status, self.reward_plot, self.gif]
+        shown = [self.status, self.reward_plot, self.gif, self.gif_caption]
         shown += [self.log] if self.log is not None else []
         return shown + [self.diagnostics_plot, *self.downloads]
 
@@ -97,10 +99,12 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
     chart_controls = _build_chart_controls(prefix)
     reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
-        gif = gr.Image(
-            label=views.gif_caption(None), type="filepath", interactive=False, height=330,
-            elem_id=f"{prefix}rollout-gif", buttons=["download"],
-        )
+        with gr.Column():
+            gif = gr.Image(
+                label="Rollout", show_label=False, type="filepath", interactive=False, height=330,
+                elem_id=f"{prefix}rollout-gif", buttons=["download"],
+            )
+            gif_caption = gr.HTML(views.gif_caption_html(None), elem_id=f"{prefix}rollout-caption")
         log = None
         if with_log:
             log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
@@ -112,7 +116,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
             gr.DownloadButton("config.yaml", interactive=False, elem_id=f"{prefix}download-config"),
             gr.DownloadButton("metrics.csv", interactive=False, elem_id=f"{prefix}download-metrics"),
         ]
-    return RunView(status, reward_plot, diagnostics_plot, gif, log, downloads, chart_controls)
+    return RunView(status, reward_plot, diagnostics_plot, gif, gif_caption, log, downloads, chart_controls)
 
 
 def _build_chart_controls(prefix: str) -> list:
@@ -281,8 +285,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         eval_button = gr.Button("Evaluate", variant="primary", elem_id="evaluate")
                     with gr.Column(scale=2):
                         eval_message = gr.Markdown(elem_id="eval-message")
-                        eval_gif = gr.Image(label="The agent playing", type="filepath", interactive=False,
-                                            height=380, elem_id="eval-gif")
+                        eval_gif = gr.Image(label="The agent playing", show_label=False, type="filepath",
+                                            interactive=False, height=380, elem_id="eval-gif")
             with gr.Tab("Watch", id="watch") as watch_tab:  # studio/watch.py: live play, ONNX, policy server
                 from studio.watch import build_watch_tab
 

@@ -184,11 +184,13 @@ class TrainConfig:
     # --- what it writes --------------------------------------------------------------------
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={
         "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.", "section": CheckpointConfig})
-    gif_interval: int = key(50, "Record a rollout GIF every this many updates, and one at the end (0: never).",
-                            Integer(minimum=0, maximum=10**9), OUTPUTS)
-    gif_max_frames: int = key(300, "Longest GIF, in frames (the episode is cut).", Integer(maximum=100_000), OUTPUTS)
-    gif_time_fraction: float = key(0.05, "Skip a scheduled GIF when GIFs would take more than this fraction of the "
-                                   "training time (1: never skip).", Real(0.0, 1.0), OUTPUTS)
+    gif_interval: float = key(20.0, "Seconds between rollout GIFs: the first right after the first update, then "
+                              "one every this many seconds while gif_time_fraction allows, and one at the end "
+                              "(0: never).", Real(0.0, 1e9), OUTPUTS)
+    gif_max_frames: int = key(300, "Longest GIF, in frames (a longer episode is played on, undrawn, to learn how it "
+                              "ends; the caption says what was cut).", Integer(maximum=100_000), OUTPUTS)
+    gif_time_fraction: float = key(0.05, "A GIF waits while GIFs would take more than this fraction of the training "
+                                   "time (1: never waits).", Real(0.0, 1.0), OUTPUTS)
     log_interval: int = key(10, "Write a `[STEP n] ...` log line every this many updates (metrics events go out "
                             "every update).", Integer(maximum=10**9), OUTPUTS)
     warn_falling_updates: int = key(10, "Warn (studio banner, log line, the `RLStudioReturnFalling` alert) when the "
