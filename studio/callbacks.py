@@ -17,6 +17,7 @@ from gradio.components.plot import PlotData
 
 from studio import runs_tab, views
 from studio.charts import ChartOptions, CurveSource, diagnostics_figure, reward_figure, system_figure
+from studio.cluster_view import run_nodes_html
 from studio.form import (
     FORM_FIELDS,
     ConfigError,
@@ -101,7 +102,8 @@ class Studio:
             updates = [views.status_html(None)]
             empty = changed("charts", None)
             updates += [plot_data(reward_figure([])) if empty else gr.skip()]
-            updates += [gr.Image(value=None, label=views.gif_caption(None)) if changed("gif", None) else gr.skip()]
+            updates += ([gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None)
+                        else [gr.skip(), gr.skip()])
             updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
             updates += [plot_data(diagnostics_figure([])) if empty else gr.skip()]
             updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
@@ -126,9 +128,10 @@ class Studio:
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
         if changed("gif", (run.run_id, gif_path)):
-            updates.append(gr.Image(value=gif_path, label=views.gif_caption(gif if gif_path else None)))
+            updates += [gr.Image(value=gif_path),
+                        views.gif_caption_html(gif if gif_path else None, run.config.get("env_name"))]
         else:
-            updates.append(gr.skip())
+            updates += [gr.skip(), gr.skip()]
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
             log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
             log_changed = log_due and changed("log", views.log_identity(run))
@@ -154,7 +157,7 @@ class Studio:
         return updates, viewed
 
     def on_tick(self, run_id: str, viewed: dict, *chart_controls):
-        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load.
+        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load, nodes.
         Also what a change of the chart's controls calls: a changed option redraws the charts."""
         run = self._snapshot(run_id)
         updates, viewed = self.render_run(run, [], viewed, with_log=True,
@@ -166,7 +169,16 @@ class Studio:
         new_sample = bool(samples) and changed_value(viewed, "usage_at", samples[-1].time)
         usage = plot_data(system_figure(samples)) if new_sample else gr.skip()
         timer = gr.skip() if active else gr.Timer(active=False)
-        return (*updates, usage, stop_button, timer, viewed)
+        return (*updates, usage, stop_button, self.nodes_update(run, viewed), timer, viewed)
+
+    def nodes_update(self, run: RunSnapshot | None, viewed: dict):
+        """The cluster panel (world size, one row per node) of a run launched through the elastic
+        launcher, hidden for other runs; with the worker command for the session that started it."""
+        join = viewed.get("worker_join") or {}
+        panel = run_nodes_html(run.run_dir, join.get(run.run_id)) if run is not None else ""
+        if not changed_value(viewed, "nodes", panel):
+            return gr.skip()
+        return gr.HTML(panel, visible=bool(panel))
 
     # ---- the form
 
@@ -188,7 +200,26 @@ class Studio:
         except USER_ERRORS as error:
             gr.Warning(str(error).splitlines()[0])
             return _message(error), gr.skip(), gr.skip(), gr.skip()
-        return (f"Started **{state.run_id}**.", state.run_id, gr.Timer(active=True), {})
+        return (f"Started **{state.run_id}**.{self.join_note(state.run_id)}", state.run_id, gr.Timer(active=True),
+                self.join_state(state.run_id))
+
+    def join_note(self, run_id: str) -> str:
+        """For the page that started a run that accepts workers: where it listens and the worker
+        command with the token (said nowhere else: not in the log, the Runs tab or /poll)."""
+        join = self.manager.worker_join(run_id)
+        if join is None:
+            return ""
+        note = (f"\n\nIt accepts workers on `{join.master}`: on each worker machine run\n\n"
+                f"    {join.command}\n\n(the token is shown only on this page).")
+        if join.master.startswith(("127.", "localhost", "[::1]", "::1")):
+            note += (" The master listens on this machine only; start the studio with `--cluster-host ADDRESS` "
+                     "to let other machines join.")
+        return note
+
+    def join_state(self, run_id: str) -> dict:
+        """A fresh `viewed` state that remembers the worker command for this session only."""
+        join = self.manager.worker_join(run_id)
+        return {"worker_join": {run_id: join.command}} if join is not None else {}
 
     def start_run(self, config: TrainConfig) -> RunState:
         """Start a validated config: it must fit this machine (trainer.preflight) before a run
@@ -357,8 +388,8 @@ class Studio:
             state = self.manager.resume(run_id)
         except USER_ERRORS as error:
             return _message(error), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return (f"Resumed **{state.run_id}** from its last checkpoint.", state.run_id,
-                gr.Timer(active=True), {}, gr.Tabs(selected="train"))
+        return (f"Resumed **{state.run_id}** from its last checkpoint.{self.join_note(state.run_id)}", state.run_id,
+                gr.Timer(active=True), self.join_state(state.run_id), gr.Tabs(selected="train"))
 
     def on_open(self, run_id: str):
         if not self._snapshot(run_id):
@@ -453,7 +484,11 @@ class Studio:
             state = self.start_run(config_from_dict(raw))
         except USER_ERRORS as error:
             raise user_error(error) from None
-        return views.run_summary(state.snapshot())
+        summary = views.run_summary(state.snapshot())
+        join = self.manager.worker_join(state.run_id)
+        if join is not None:  # only the caller that started it hears the token
+            summary["worker_join"] = {"master": join.master, "token": join.token, "command": join.command}
+        return summary
 
     def api_poll(self, run_id: str) -> dict:
         """The run's status, step, speed, returns, last metrics, log tail and error (if any)."""

@@ -40,6 +40,9 @@ class GifInfo:
     step: int
     episode_return: float | None
     episode_score: float | None
+    steps_shown: int | None = None     # what the GIF shows of its episode (None: a run from before they were
+    episode_steps: int | None = None   # recorded); see the gif event in trainer/events.py
+    episode_ended: bool | None = None
 
 
 @dataclass
@@ -200,7 +203,10 @@ class RunState:
         if path:
             self.gifs.append(GifInfo(path=path, step=_as_int(event.get("step")) or 0,
                                      episode_return=_as_float(event.get("episode_return")),
-                                     episode_score=_as_float(event.get("episode_score"))))
+                                     episode_score=_as_float(event.get("episode_score")),
+                                     steps_shown=_as_int(event.get("steps_shown")),
+                                     episode_steps=_as_int(event.get("episode_steps")),
+                                     episode_ended=_as_bool(event.get("episode_ended"))))
 
     def _on_model(self, event: dict, event_time: float) -> None:
         self.final_model = _local_path(self.run_dir, event.get("path"))
@@ -459,3 +465,7 @@ def _as_float(value: object) -> float | None:
 def _as_int(value: object) -> int | None:
     number = _as_float(value)
     return int(number) if number is not None else None
+
+
+def _as_bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None

@@ -25,6 +25,7 @@ from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
 from studio.runs import RunManager
 from studio.runs_tab import ALL, DEFAULT_SORT, SORT_ORDERS, STATUS_FILTERS
 from studio.system import SystemMonitor, available_devices
+from trainer.cluster import DEFAULT_PORT
 
 __all__ = ["DOWNLOAD_KINDS", "Studio", "build_app", "launch", "launch_options", "merged_settings"]
 
@@ -56,6 +57,7 @@ CSS = """
   background: #fef2f2; padding: 8px; border-radius: 6px}
 #train-message p, #runs-message p, #eval-message p {margin: 4px 0}
 #rollout-gif img {image-rendering: pixelated; object-fit: contain}
+.gif-caption {font-size: 0.9em; color: var(--body-text-color-subdued); padding: 2px 4px}
 .log-box {height: 340px; overflow-y: auto; display: flex; flex-direction: column-reverse;
   border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--block-background-fill)}
 .log-box pre {margin: 0; padding: 8px 10px; font-family: var(--font-mono); font-size: 0.78em;
@@ -63,6 +65,9 @@ CSS = """
 .log-title {font-weight: 600; font-size: 0.9em; margin-bottom: 4px}
 .field-group-title p {margin: 10px 0 0 0; font-size: 0.95em}
 .run-status .run-score {font-size: 1.15em}
+.cluster-panel {padding: 8px 12px; border: 1px solid var(--border-color-primary); border-radius: 10px}
+.cluster-panel table {width: 100%; font-size: 0.85em} .cluster-panel tr.lost {color: #991b1b}
+.cluster-panel code {word-break: break-all} .cluster-log {font-size: 0.75em; margin: 6px 0 0 0}
 """
 
 
@@ -77,13 +82,14 @@ class RunView:
     reward_plot: gr.Plot
     diagnostics_plot: gr.Plot
     gif: gr.Image
+    gif_caption: gr.HTML       # under the GIF, not on it (the games draw their score at the top)
     log: gr.HTML | None
     downloads: list[gr.DownloadButton]
     chart_controls: list  # metric, smoothing, log scale, x-axis: ChartOptions.from_controls(*values)
 
     @property
     def outputs(self) -> list:
-        shown = [self.status, self.reward_plot, self.gif]
+        shown = [self.status, self.reward_plot, self.gif, self.gif_caption]
         shown += [self.log] if self.log is not None else []
         return shown + [self.diagnostics_plot, *self.downloads]
 
@@ -93,10 +99,12 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
     chart_controls = _build_chart_controls(prefix)
     reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
-        gif = gr.Image(
-            label=views.gif_caption(None), type="filepath", interactive=False, height=330,
-            elem_id=f"{prefix}rollout-gif", buttons=["download"],
-        )
+        with gr.Column():
+            gif = gr.Image(
+                label="Rollout", show_label=False, type="filepath", interactive=False, height=330,
+                elem_id=f"{prefix}rollout-gif", buttons=["download"],
+            )
+            gif_caption = gr.HTML(views.gif_caption_html(None), elem_id=f"{prefix}rollout-caption")
         log = None
         if with_log:
             log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
@@ -108,7 +116,7 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
             gr.DownloadButton("config.yaml", interactive=False, elem_id=f"{prefix}download-config"),
             gr.DownloadButton("metrics.csv", interactive=False, elem_id=f"{prefix}download-metrics"),
         ]
-    return RunView(status, reward_plot, diagnostics_plot, gif, log, downloads, chart_controls)
+    return RunView(status, reward_plot, diagnostics_plot, gif, gif_caption, log, downloads, chart_controls)
 
 
 def _build_chart_controls(prefix: str) -> list:
@@ -145,6 +153,8 @@ def _form_component(form_field: FormField, value: Any, devices: Sequence[str], e
     if form_field.key == "device":
         return gr.Dropdown(list(devices), value=value, label=label, allow_custom_value=True,
                            info="auto: the GPU when there is one, else the CPU", elem_id=elem_id)
+    if form_field.key == "nproc_per_node":
+        label = "processes (nproc_per_node)"
     if form_field.key == "model_type":
         return gr.Dropdown(list(form_field.choices), value=value, label="model (model_type)",
                            info="Policy network size; ppo-cnn for image observations", elem_id=elem_id)
@@ -222,6 +232,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         # input of every tick, so each tab can follow a different run.
                         run_box = gr.Textbox(visible=False, elem_id="run-id")
                         live = _build_run_view("", with_log=True)
+                        cluster_panel = gr.HTML("", visible=False, elem_id="cluster-panel")  # studio/cluster_view.py
                         system_plot = gr.Plot(plot_data(system_figure([])), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
             with gr.Tab("Runs", id="runs") as runs_tab:
@@ -274,8 +285,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         eval_button = gr.Button("Evaluate", variant="primary", elem_id="evaluate")
                     with gr.Column(scale=2):
                         eval_message = gr.Markdown(elem_id="eval-message")
-                        eval_gif = gr.Image(label="The agent playing", type="filepath", interactive=False,
-                                            height=380, elem_id="eval-gif")
+                        eval_gif = gr.Image(label="The agent playing", show_label=False, type="filepath",
+                                            interactive=False, height=380, elem_id="eval-gif")
             with gr.Tab("Watch", id="watch") as watch_tab:  # studio/watch.py: live play, ONNX, policy server
                 from studio.watch import build_watch_tab
 
@@ -286,7 +297,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         form_inputs = [controls[form_field.key] for form_field in FORM_FIELDS]
 
         # ---- live view
-        live_outputs = [*live.outputs, system_plot, stop_button, timer, live_viewed]
+        live_outputs = [*live.outputs, system_plot, stop_button, cluster_panel, timer, live_viewed]
         live_inputs = [run_box, live_viewed, *live.chart_controls]
         timer.tick(studio.on_tick, live_inputs, live_outputs, show_progress="hidden", **private)
         _on_chart_change(live.chart_controls, studio.on_tick, live_inputs, live_outputs, **private)
@@ -392,9 +403,11 @@ def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_p
 
 def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
            auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
-           allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb") -> None:
+           allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb",
+           cluster_host: str = "127.0.0.1", cluster_port: int = DEFAULT_PORT) -> None:
     """Build the studio and serve it until Ctrl-C; running trainers are then stopped (saving models)."""
-    manager = RunManager(runs_dir, max_concurrent_runs=max_concurrent_runs, allow_custom_envs=allow_custom_envs)
+    manager = RunManager(runs_dir, max_concurrent_runs=max_concurrent_runs, allow_custom_envs=allow_custom_envs,
+                         cluster_host=cluster_host, cluster_port=cluster_port)
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds)
     demo.queue(default_concurrency_limit=4)
     try:

@@ -17,6 +17,7 @@ from typing import Sequence
 from studio.runs import GifInfo, RunSnapshot
 from studio.score import format_count, format_number, game_score
 from studio.warnings import log_with_warnings, troubles, warning_banner
+from trainer.events import clip_caption
 from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
 
 METRIC_COLUMNS = (
@@ -136,15 +137,20 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def gif_caption(gif: GifInfo | None) -> str:
+def gif_caption(gif: GifInfo | None, env_name: str | None = None) -> str:
+    """The line under the rollout GIF (never on it: the game draws its own score there): the step
+    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words,
+    the score in the game's unit (none for a Gymnasium env: its score is the return)."""
     if gif is None:
-        return "Rollout (the first GIF comes after the first updates)"
-    facts = [f"step {gif.step:,}"]
-    if gif.episode_return is not None:
-        facts.append(f"return {format_number(gif.episode_return)}")
-    if gif.episode_score is not None:
-        facts.append(f"score {format_number(gif.episode_score, 0)}")
-    return "Rollout at " + " · ".join(facts)
+        return "Rollout: the first GIF comes right after the first update."
+    score = game_score(env_name)
+    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return,
+                         None if score.is_return else gif.episode_score, score.unit)
+    return f"Rollout at step {gif.step:,}" + (f": {shown}" if shown else "")
+
+
+def gif_caption_html(gif: GifInfo | None, env_name: str | None = None) -> str:
+    return f'<div class="gif-caption">{html.escape(gif_caption(gif, env_name))}</div>'
 
 
 def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
