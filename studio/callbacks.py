@@ -354,10 +354,10 @@ class Studio:
                 rows, note = views.runs_table(table), text
         return (*updates, rows, note, gr.skip() if live else gr.Timer(active=False), viewed)
 
-    @staticmethod
-    def _run_view_size(with_log: bool) -> int:
-        """How many outputs render_run returns: status, reward chart, GIF, (log), diagnostics, files."""
-        return 4 + int(with_log) + len(DOWNLOAD_KINDS)
+    def _run_view_size(self, with_log: bool) -> int:
+        """How many outputs render_run returns (status, charts, GIF and caption, log, files): counted
+        from an empty render, so it follows the run view's parts."""
+        return len(self.render_run(None, [], {}, with_log=with_log)[0])
 
     def on_compare_change(self, run_id: str | None, compared: list[str] | None):
         """The note above the config diff (a warning when the games differ) and the diff: only
