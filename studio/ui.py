@@ -60,6 +60,14 @@ CSS = """
   white-space: pre-wrap; word-break: break-word}
 .log-title {font-weight: 600; font-size: 0.9em; margin-bottom: 4px}
 .field-group-title p {margin: 10px 0 0 0; font-size: 0.95em}
+#batch-note p {margin: 2px 0; font-size: 0.85em; color: var(--body-text-color-subdued)}
+/* A phone (390 px): the 2 x 4 diagnostics grid keeps a width where its titles fit, and scrolls
+   sideways inside its box instead of squeezing them into one another. */
+@media (max-width: 720px) {
+  #diagnostics-plot, #runs-diagnostics-plot {overflow-x: auto}
+  #diagnostics-plot .js-plotly-plot, #runs-diagnostics-plot .js-plotly-plot {min-width: 640px}
+  #studio-title h1 {font-size: 1.5em}
+}
 """
 
 
@@ -84,8 +92,9 @@ class RunView:
         return shown + [self.diagnostics_plot, *self.downloads]
 
 
-def _build_run_view(prefix: str, with_log: bool) -> RunView:
-    status = gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
+def _build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -> RunView:
+    """The run's components; `status` when the page placed the status line elsewhere already."""
+    status = status or _build_status(prefix)
     reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
         gif = gr.Image(
@@ -104,6 +113,10 @@ def _build_run_view(prefix: str, with_log: bool) -> RunView:
             gr.DownloadButton("metrics.csv", interactive=False, elem_id=f"{prefix}download-metrics"),
         ]
     return RunView(status, reward_plot, diagnostics_plot, gif, log, downloads)
+
+
+def _build_status(prefix: str) -> gr.HTML:
+    return gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
 
 
 def _form_component(form_field: FormField, value: Any, devices: Sequence[str], env_choices: Sequence[str]):
@@ -158,20 +171,29 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         with gr.Tabs(selected="train") as tabs:
             # ------------------------------------------------------------------ Train
             with gr.Tab("Train", id="train"):
+                # Start, Stop and the status line first: on a phone (390 px) they are in the
+                # first screen, above the form; on a wide screen they head the two columns.
+                with gr.Row(equal_height=False, elem_id="train-bar"):
+                    with gr.Column(scale=2, min_width=340):
+                        with gr.Row():
+                            start_button = gr.Button("Start", variant="primary", min_width=120, elem_id="start")
+                            stop_button = gr.Button("Stop", variant="stop", interactive=False, min_width=120, elem_id="stop")
+                        train_message = gr.Markdown(elem_id="train-message")
+                    with gr.Column(scale=5):
+                        live_status = _build_status("")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=2, min_width=340):
                         controls: dict[str, Any] = {}
                         for form_field in BASIC_FIELDS:
                             controls[form_field.key] = _form_component(
                                 form_field, default_values[form_field.key], devices, env_choices)
-                        with gr.Row():
-                            start_button = gr.Button("Start", variant="primary", elem_id="start")
-                            stop_button = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop")
-                        train_message = gr.Markdown(elem_id="train-message")
+                        batch_info = gr.Markdown(views.batch_note(
+                            default_values["num_envs"], default_values["num_steps"],
+                            default_values["mini_batch_size"], default_values["total_timesteps"]),
+                            elem_id="batch-note")
+                        load_run_button = gr.Button("Load the shown run's settings", size="sm",
+                                                    elem_id="load-run-settings")
                         with gr.Accordion("Advanced", open=False, elem_id="advanced"):
-                            batch_info = gr.Markdown(views.batch_note(
-                                default_values["num_envs"], default_values["num_steps"],
-                                default_values["mini_batch_size"]))
                             for title, group in advanced_groups():
                                 gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
                                 for pair in (group[i:i + 2] for i in range(0, len(group), 2)):
@@ -193,7 +215,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         # Which run this tab shows (the status line names it); hidden, but an
                         # input of every tick, so each tab can follow a different run.
                         run_box = gr.Textbox(visible=False, elem_id="run-id")
-                        live = _build_run_view("", with_log=True)
+                        live = _build_run_view("", with_log=True, status=live_status)
                         system_plot = gr.Plot(plot_data(system_figure([])), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
             with gr.Tab("Runs", id="runs") as runs_tab:
@@ -247,14 +269,20 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         start_button.click(studio.on_start, form_inputs, [train_message, run_box, timer, live_viewed],
                            **private)
         stop_button.click(studio.on_stop, run_box, train_message, **private)
-        demo.load(studio.on_load, None, [run_box, timer], **private)
+        demo.load(studio.on_load, None, [run_box, timer, *form_inputs, train_message], **private)
 
         # ---- form
         controls["env_name"].input(studio.on_env_change, controls["env_name"], [*form_inputs, train_message],
                                    **private)
-        for key in ("num_envs", "num_steps", "mini_batch_size"):
-            controls[key].change(views.batch_note, [controls["num_envs"], controls["num_steps"],
-                                                    controls["mini_batch_size"]], batch_info, **private)
+        batch_keys = ("num_envs", "num_steps", "mini_batch_size", "total_timesteps")
+        for key in batch_keys:
+            controls[key].change(views.batch_note, [controls[k] for k in batch_keys], batch_info, **private)
+        # A message about the form (an error, "Filled the form ...") goes stale once a field is
+        # edited: cleared in the browser, no server round trip.
+        for form_field in FORM_FIELDS:
+            if form_field.key != "env_name":  # its own handler writes the message
+                controls[form_field.key].input(None, None, train_message, js="() => ''", **private)
+        load_run_button.click(studio.on_load_run_settings, run_box, [*form_inputs, train_message], **private)
         load_yaml_button.click(studio.on_load_yaml, yaml_box, [*form_inputs, train_message], **private)
         upload_yaml_button.upload(studio.on_upload_yaml, upload_yaml_button,
                                   [yaml_box, *form_inputs, train_message], **private)
@@ -263,7 +291,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
 
         # ---- Runs tab
         refresh_outputs = [runs_table, run_picker, compare_box, eval_run]
-        for trigger in (runs_tab.select, refresh_button.click, evaluate_tab.select):
+        for trigger in (runs_tab.select, refresh_button.click):
             trigger(studio.on_refresh_runs, [run_picker, compare_box], refresh_outputs, **private)
         runs_table.select(studio.on_table_select, None, run_picker, **private)
         history_outputs = [*history.outputs, runs_viewed]
@@ -281,6 +309,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                              [run_picker, compare_box], refresh_outputs, **private)
 
         # ---- Evaluate tab
+        evaluate_tab.select(studio.on_evaluate_tab, eval_run, eval_run, **private)
         eval_run.change(studio.model_files, eval_run, eval_file, **private)
         eval_run.input(lambda: "run", None, eval_source, **private)
         eval_upload.upload(lambda: "upload", None, eval_source, **private)
@@ -317,6 +346,11 @@ def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_p
                 app_kwargs={"middleware": [Middleware(LoginThrottle)]})
 
 
+def startup_line(url: str, runs_dir) -> str:
+    """The one line the console shows once the studio answers."""
+    return f"RL Studio is running on {url} (runs folder: {runs_dir}). Press Ctrl-C to stop it."
+
+
 def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
            auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
            allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb") -> None:
@@ -329,6 +363,10 @@ def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
         from studio.metrics import metrics_route  # GET /metrics (Prometheus), same --auth as the page
 
         options["app_kwargs"]["routes"] = [metrics_route(manager, auth)]
-        demo.launch(**options)
+        # quiet: Gradio's own start lines end with "To create a public link, set `share=True`",
+        # advice that is wrong here (a share link would expose the studio to the internet).
+        demo.launch(quiet=True, prevent_thread_lock=True, **options)
+        print(startup_line(demo.local_url, manager.runs_dir), flush=True)
+        demo.block_thread()
     finally:
         manager.shutdown()

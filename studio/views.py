@@ -145,8 +145,10 @@ def log_identity(run: RunSnapshot) -> tuple:
     return (run.run_id, stat.st_size, stat.st_mtime_ns, len(troubles(run)))  # a new warning is a new log line
 
 
-def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:
-    """What num_envs, num_steps and mini_batch_size add up to, under the form."""
+def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
+               total_timesteps: object = None) -> str:
+    """What num_envs, num_steps, mini_batch_size and total_timesteps add up to, under the form,
+    with thousands separators (the number boxes show `20000000`)."""
     try:
         envs, steps = int(num_envs), int(num_steps)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -156,11 +158,20 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> 
     try:
         mini = int(mini_batch_size)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return note
+        mini = 0
     if mini > 0 and batch % mini == 0:
         note += f", {batch // mini} minibatches of {mini:,}"
     elif mini > 0:
         note += f" — mini_batch_size {mini:,} does not divide it"
+    try:
+        total = int(total_timesteps)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return note
+    if total > 0 and batch > 0:
+        updates = -(-total // batch)  # whole updates, as trainer/loop.py counts them
+        note += f"  \ntotal_timesteps **{total:,}** = {updates:,} updates"
+        if updates * batch != total:
+            note += f" ({updates * batch:,} steps: whole updates)"
     return note
 
 

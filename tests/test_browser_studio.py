@@ -68,3 +68,43 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
     result = evaluate(model_path, episodes=8)
     print(result.summary())
     assert result.return_mean > 150, f"the downloaded model plays poorly: {result.summary()}"
+
+
+def test_on_a_phone_start_and_the_status_are_in_the_first_screen(tmp_path):
+    """At 390 x 844 (a phone), Start and the status line are visible on page load without
+    scrolling, the environment comes before the model, and the diagnostics titles do not overlap."""
+    from playwright.sync_api import sync_playwright
+
+    server = start_studio(tmp_path / "runs", tmp_path / "studio.log")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 390, "height": 844})
+                page.goto(server.url, wait_until="load")
+                page.locator("#start").wait_for()
+                page.locator("#status").wait_for()
+                for selector in ("#start", "#status"):
+                    box = page.locator(selector).bounding_box()
+                    assert box is not None and box["width"] > 0, selector
+                    assert box["y"] >= 0 and box["y"] + box["height"] <= 844, f"{selector} is below the first screen {box}"
+                    assert box["x"] >= 0 and box["x"] + box["width"] <= 390, f"{selector} is wider than the screen {box}"
+                environment = page.locator("#field-env-name").bounding_box()
+                model = page.locator("#field-model-type").bounding_box()
+                assert environment["y"] < model["y"], "the environment comes first ('pick a game and a model')"
+
+                titles = page.locator("#diagnostics-plot .annotation-text")
+                titles.first.wait_for(state="attached")
+                boxes = [titles.nth(i).bounding_box() for i in range(titles.count())]
+                boxes = [box for box in boxes if box and box["width"] > 0]
+                assert len(boxes) >= 8
+                for i, a in enumerate(boxes):
+                    for b in boxes[i + 1:]:
+                        same_row = abs(a["y"] - b["y"]) < a["height"]
+                        apart = a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                        assert not same_row or apart, f"diagnostics titles overlap: {a} {b}"
+                page.screenshot(path=str(tmp_path / "studio-390.png"))
+            finally:
+                browser.close()
+    finally:
+        server.stop()
