@@ -17,7 +17,7 @@ import gradio as gr
 from gradio.components.plot import PlotData
 
 from studio import views
-from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
+from studio.charts import ChartOptions, CurveSource, diagnostics_figure, reward_figure, system_figure
 from studio.form import (
     FORM_FIELDS,
     ConfigError,
@@ -91,9 +91,11 @@ class Studio:
     # ---- showing a run
 
     def render_run(self, run: RunSnapshot | None, overlays: Sequence[RunSnapshot], viewed: dict,
-                   with_log: bool) -> tuple[list, dict]:
-        """Updates for a RunView's outputs; unchanged parts are gr.skip()."""
+                   with_log: bool, chart: ChartOptions | None = None) -> tuple[list, dict]:
+        """Updates for a RunView's outputs; unchanged parts are gr.skip(). `chart`: what the
+        main chart shows (the controls above it)."""
         viewed = dict(viewed or {})
+        chart = chart or ChartOptions()
 
         def changed(part: str, key: object) -> bool:
             return changed_value(viewed, part, key)
@@ -110,8 +112,8 @@ class Studio:
             return updates, viewed
 
         sources = [run] + [other for other in overlays if other.run_id != run.run_id]
-        chart_key = tuple((source.run_id, source.update_count, source.status) for source in sources)
-        curves = [CurveSource(source.run_id, source.metrics) for source in sources]
+        chart_key = (chart, *((source.run_id, source.update_count, source.status) for source in sources))
+        curves = [CurveSource(source.run_id, source.metrics, source.env_name) for source in sources]
         # Redrawing plotly charts costs the browser more than anything else on the page: at most
         # every `chart_seconds` while the run trains, and once more when it ends.
         due = not run.is_active or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
@@ -119,7 +121,7 @@ class Studio:
         if charts_changed:
             viewed["charts_at"] = time.time()
         updates: list = [views.status_html(run)]
-        updates.append(plot_data(reward_figure(curves)) if charts_changed else gr.skip())
+        updates.append(plot_data(reward_figure(curves, **chart.kwargs())) if charts_changed else gr.skip())
 
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
@@ -133,7 +135,7 @@ class Studio:
             if log_changed:
                 viewed["log_at"] = time.time()
             updates.append(views.log_html(views.log_text(run)) if log_changed else gr.skip())
-        updates.append(plot_data(diagnostics_figure(curves)) if charts_changed else gr.skip())
+        updates.append(plot_data(diagnostics_figure(curves, x=chart.x)) if charts_changed else gr.skip())
 
         # Each changed file handed to a download button is copied into Gradio's cache: while the
         # run trains, refresh them at most every FILES_SECONDS; at the end, at once.
@@ -151,10 +153,12 @@ class Studio:
                 updates.append(gr.skip())
         return updates, viewed
 
-    def on_tick(self, run_id: str, viewed: dict):
-        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load."""
+    def on_tick(self, run_id: str, viewed: dict, *chart_controls):
+        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load.
+        Also what a change of the chart's controls calls: a changed option redraws the charts."""
         run = self._snapshot(run_id)
-        updates, viewed = self.render_run(run, [], viewed, with_log=True)
+        updates, viewed = self.render_run(run, [], viewed, with_log=True,
+                                          chart=ChartOptions.from_controls(*chart_controls))
         active = run is not None and run.is_active
         can_stop = active and run.status != "stopping"
         stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
@@ -266,7 +270,7 @@ class Studio:
         selected = selected if selected in ids else (ids[0] if ids else None)
         compared = [run_id for run_id in (compared or []) if run_id in ids]
         return (
-            views.runs_table_rows(runs),
+            views.runs_table(views.runs_table_rows(runs)),
             gr.Dropdown(choices=ids, value=selected),
             gr.CheckboxGroup(choices=ids, value=compared),
             gr.Dropdown(choices=runs_with_models(runs)),
@@ -276,12 +280,13 @@ class Studio:
         row = event.row_value or []
         return row[0] if row else gr.skip()
 
-    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict):
+    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict, *chart_controls):
         run = self._snapshot(run_id)
         overlays = [snapshot for snapshot in map(self._snapshot, compared or []) if snapshot is not None]
         if run is None and overlays:
             run, overlays = overlays[0], overlays[1:]
-        updates, viewed = self.render_run(run, overlays, viewed, with_log=False)
+        updates, viewed = self.render_run(run, overlays, viewed, with_log=False,
+                                          chart=ChartOptions.from_controls(*chart_controls))
         return (*updates, viewed)
 
     def on_resume(self, run_id: str):
@@ -354,7 +359,7 @@ class Studio:
             gr.Warning(text.splitlines()[0])
             return _message(text), gr.skip()
         evaluated = f"`{Path(upload).name}` (uploaded)" if source == "upload" else f"`{file_name}` of **{run_id}**"
-        return f"Evaluated {evaluated}.\n\n{result.markdown()}", result.gif_path
+        return f"{result.markdown()}\n\nModel file: {evaluated}.", result.gif_path
 
     def _run_model_path(self, run_id: str | None, file_name: str | None) -> str:
         from studio.evaluate import EvaluationError

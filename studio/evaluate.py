@@ -36,11 +36,20 @@ class EvaluationSummary:
     gif_path: str | None
 
     def markdown(self) -> str:
+        from studio.score import format_number, game_score
+
         mode = "deterministic" if self.deterministic else "sampled actions"
+        score = game_score(self.env_name)  # the game's unit first; the shaped return under it
+        spread = f"{format_number(self.return_mean)} ± {format_number(self.return_std)}"
+        if score.is_return:
+            headline, detail = f"### Return {spread}", "Over"
+        else:
+            headline = f"### {format_number(self.score_mean)} ± {format_number(self.score_std)} {score.unit}"
+            detail = f"Return {spread} over"
         lines = [
-            f"### Return {self.return_mean:.1f} ± {self.return_std:.1f}",
-            f"Score {self.score_mean:.1f} ± {self.score_std:.1f} over **{self.episodes}** episodes "
-            f"of **{self.env_name}** ({mode}); the model was trained for {self.model_step:,} steps.",
+            headline,
+            f"{detail} **{self.episodes}** episodes of **{self.env_name}** ({mode}); the model was trained "
+            f"for {self.model_step:,} steps.",
         ]
         if self.cut_episodes:
             lines.append(f"{self.cut_episodes} episode(s) were cut at the step limit.")

@@ -322,10 +322,15 @@ class RunSnapshot:
     @property
     def last_return(self) -> float | None:
         """Mean return over the most recent episodes (the trainer's last-100 mean when given)."""
+        return self.last_value("recent_return_mean", "episode_return_mean")
+
+    def last_value(self, recent_key: str, key: str) -> float | None:
+        """The latest `recent_key` (a last-100-episodes mean), else the latest `key` (that update's
+        mean): e.g. ("recent_score_mean", "episode_score_mean") for the game score."""
         for metric in reversed(self.metrics):
-            value = _as_float(metric.get("recent_return_mean"))
+            value = _as_float(metric.get(recent_key))
             if value is None:
-                value = _as_float(metric.get("episode_return_mean"))
+                value = _as_float(metric.get(key))
             if value is not None:
                 return value
         return None

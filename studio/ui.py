@@ -19,7 +19,7 @@ import gradio as gr
 
 from studio import views
 from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, merged_settings, plot_data
-from studio.charts import diagnostics_figure, reward_figure, system_figure
+from studio.charts import MAX_SMOOTHING, ChartOptions, diagnostics_figure, reward_figure, system_figure
 from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, form_values, tuned_config
 from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
 from studio.runs import RunManager
@@ -68,6 +68,7 @@ CSS = """
   #diagnostics-plot .js-plotly-plot, #runs-diagnostics-plot .js-plotly-plot {min-width: 640px}
   #studio-title h1 {font-size: 1.5em}
 }
+.run-status .run-score {font-size: 1.15em}
 """
 
 
@@ -84,6 +85,7 @@ class RunView:
     gif: gr.Image
     log: gr.HTML | None
     downloads: list[gr.DownloadButton]
+    chart_controls: list  # metric, smoothing, log scale, x-axis: ChartOptions.from_controls(*values)
 
     @property
     def outputs(self) -> list:
@@ -95,6 +97,7 @@ class RunView:
 def _build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -> RunView:
     """The run's components; `status` when the page placed the status line elsewhere already."""
     status = status or _build_status(prefix)
+    chart_controls = _build_chart_controls(prefix)
     reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
         gif = gr.Image(
@@ -112,7 +115,29 @@ def _build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) 
             gr.DownloadButton("config.yaml", interactive=False, elem_id=f"{prefix}download-config"),
             gr.DownloadButton("metrics.csv", interactive=False, elem_id=f"{prefix}download-metrics"),
         ]
-    return RunView(status, reward_plot, diagnostics_plot, gif, log, downloads)
+    return RunView(status, reward_plot, diagnostics_plot, gif, log, downloads, chart_controls)
+
+
+def _build_chart_controls(prefix: str) -> list:
+    """The main chart's options, as in TensorBoard / W&B: what to plot, EMA smoothing, log
+    scale, steps or training time on the x-axis."""
+    default = ChartOptions()
+    with gr.Row(equal_height=True, elem_classes=["chart-controls"]):
+        metric = gr.Radio([("game score", "score"), ("return", "return"), ("length", "length")],
+                          value=default.metric, label="chart", scale=3, min_width=330, elem_id=f"{prefix}chart-metric")
+        smoothing = gr.Slider(0.0, MAX_SMOOTHING, value=default.smoothing, step=0.01, label="smoothing (EMA)",
+                              scale=2, min_width=160, elem_id=f"{prefix}chart-smoothing")
+        log_scale = gr.Checkbox(default.log, label="log scale", scale=1, min_width=100, elem_id=f"{prefix}chart-log")
+        x_axis = gr.Radio([("steps", "steps"), ("training time", "time")], value=default.x, label="x-axis",
+                          scale=2, min_width=200, elem_id=f"{prefix}chart-x")
+    return [metric, smoothing, log_scale, x_axis]
+
+
+def _on_chart_change(controls: list, handler, inputs: list, outputs: list, **options) -> None:
+    """Redraw with `handler` when a chart control is changed by the user (a slider on release)."""
+    for control in controls:
+        trigger = control.release if isinstance(control, gr.Slider) else control.input
+        trigger(handler, inputs, outputs, show_progress="hidden", **options)
 
 
 def _build_status(prefix: str) -> gr.HTML:
@@ -264,8 +289,9 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
 
         # ---- live view
         live_outputs = [*live.outputs, system_plot, stop_button, timer, live_viewed]
-        timer.tick(studio.on_tick, [run_box, live_viewed], live_outputs, show_progress="hidden",
-                   **private)
+        live_inputs = [run_box, live_viewed, *live.chart_controls]
+        timer.tick(studio.on_tick, live_inputs, live_outputs, show_progress="hidden", **private)
+        _on_chart_change(live.chart_controls, studio.on_tick, live_inputs, live_outputs, **private)
         start_button.click(studio.on_start, form_inputs, [train_message, run_box, timer, live_viewed],
                            **private)
         stop_button.click(studio.on_stop, run_box, train_message, **private)
@@ -295,8 +321,10 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
             trigger(studio.on_refresh_runs, [run_picker, compare_box], refresh_outputs, **private)
         runs_table.select(studio.on_table_select, None, run_picker, **private)
         history_outputs = [*history.outputs, runs_viewed]
+        history_inputs = [run_picker, compare_box, runs_viewed, *history.chart_controls]
         for trigger in (run_picker.change, compare_box.change):
-            trigger(studio.show_selected, [run_picker, compare_box, runs_viewed], history_outputs, **private)
+            trigger(studio.show_selected, history_inputs, history_outputs, **private)
+        _on_chart_change(history.chart_controls, studio.show_selected, history_inputs, history_outputs, **private)
         open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs], **private)
         resume_button.click(studio.on_resume, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
                             **private)

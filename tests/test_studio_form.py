@@ -167,6 +167,7 @@ def test_evaluate_says_which_file_it_evaluated(tmp_path, monkeypatch):
 
     monkeypatch.setattr(studio.evaluate, "evaluate_checkpoint", fake_evaluate)
     message, _ = studio_.on_evaluate("run", state.run_id, "cartpole_ppo_final.pth", None, 3, True)
-    assert message.startswith(f"Evaluated `cartpole_ppo_final.pth` of **{state.run_id}**")
+    assert message.startswith("### ")  # the headline (the score) stays first
+    assert f"Model file: `cartpole_ppo_final.pth` of **{state.run_id}**" in message
     assert evaluated and evaluated[0].endswith("cartpole_ppo_final.pth")
 
