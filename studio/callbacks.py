@@ -374,6 +374,13 @@ class Studio:
 
     # ---- page load
 
+    def on_follow_run(self, picked: str | None, shown: str | None):
+        """After Open / Resume on the Runs tab: the form takes the run the Train tab now shows,
+        and is left alone when the button did not switch to the picked run (e.g. no run picked)."""
+        if not picked or picked != shown:
+            return [gr.skip()] * (len(FORM_FIELDS) + 1)
+        return self.on_load_run_settings(shown)
+
     def on_load(self):
         """A new tab shows the newest running run (else the newest run), e.g. after a reopen, and
         the form holds that run's settings, so the two never disagree."""

@@ -325,9 +325,13 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         for trigger in (run_picker.change, compare_box.change):
             trigger(studio.show_selected, history_inputs, history_outputs, **private)
         _on_chart_change(history.chart_controls, studio.show_selected, history_inputs, history_outputs, **private)
-        open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs], **private)
+        # The Train tab then shows that run: the form follows it (form and live view never disagree).
+        follow = dict(fn=studio.on_follow_run, inputs=[run_picker, run_box], outputs=[*form_inputs, train_message],
+                      **private)
+        open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
+                          **private).then(**follow)
         resume_button.click(studio.on_resume, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
-                            **private)
+                            **private).then(**follow)
         stop_selected_button.click(studio.on_stop_selected, run_picker, runs_message, **private)
         delete_button.click(studio.on_delete_request, run_picker, [runs_message, confirm_delete_button], **private)
         confirm_delete_button.click(studio.on_delete_confirm, run_picker, [runs_message, confirm_delete_button],

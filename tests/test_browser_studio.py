@@ -82,3 +82,13 @@ def test_on_a_phone_start_and_the_status_are_in_the_first_screen(tmp_path):
                 apart = a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
                 assert not same_row or apart, f"diagnostics titles overlap: {a} {b}"
         page.screenshot(path=str(tmp_path / "studio-390.png"))
+
+        # An error goes once the field is fixed (cleared in the page, no round trip).
+        num_envs = page.locator("#field-num-envs input")
+        num_envs.fill("-4")
+        page.locator("#start").click()
+        message = page.locator("#train-message")
+        message.get_by_text("num_envs must be a positive integer").wait_for(timeout=30_000)
+        num_envs.fill("8")
+        page.wait_for_function("() => !document.querySelector('#train-message').innerText.includes('num_envs')",
+                               timeout=10_000)

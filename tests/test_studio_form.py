@@ -69,6 +69,15 @@ def test_load_the_shown_runs_settings_button(tmp_path):
     assert values[KEYS.index("learning_rate")] == 0.002 and state.run_id in message
 
 
+def test_open_from_the_runs_tab_puts_that_runs_settings_in_the_form(tmp_path):
+    studio = make_studio(tmp_path)
+    state = studio.manager.start({**CONFIG, "num_envs": 5})
+    wait_for(lambda: not studio.manager.get(state.run_id).is_active)
+    assert all(update == SKIP for update in studio.on_follow_run(None, state.run_id))  # Open did nothing
+    *values, message = studio.on_follow_run(state.run_id, state.run_id)
+    assert values[KEYS.index("num_envs")] == 5 and state.run_id in message
+
+
 def test_stop_leaves_no_message_that_outlives_the_stopping(tmp_path):
     studio = make_studio(tmp_path, target=fake_endless_trainer)
     state = studio.manager.start(CONFIG)
