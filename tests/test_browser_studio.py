@@ -60,8 +60,16 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
 def test_on_a_phone_start_and_the_status_are_in_the_first_screen(tmp_path):
     """At 390 x 844 (a phone), Start and the status line are visible on page load without
     scrolling, the environment comes before the model, and the diagnostics titles do not overlap."""
+    from studio.runs import RunManager
+    from test_studio_runs import CONFIG, fake_trainer, wait_for
+
+    # A finished run (from the fake trainer: no training) for the page to show, charts drawn.
+    manager = RunManager(tmp_path / "runs", target=fake_trainer)
+    run_id = manager.start(CONFIG).run_id
+    wait_for(lambda: manager.get(run_id).status == "finished")
+    manager.shutdown()
     with studio_page(tmp_path, 390, 844) as (_, page):
-        page.locator("#status").wait_for()
+        page.locator("#status .badge.finished").wait_for(timeout=120_000)  # the page shows that run
         for selector in ("#start", "#status"):
             box = page.locator(selector).bounding_box()
             assert box is not None and box["width"] > 0, selector
@@ -71,8 +79,9 @@ def test_on_a_phone_start_and_the_status_are_in_the_first_screen(tmp_path):
         model = page.locator("#field-model-type").bounding_box()
         assert environment["y"] < model["y"], "the environment comes first ('pick a game and a model')"
 
+        page.wait_for_function(  # the subplot titles are drawn once there are curves
+            "() => document.querySelectorAll('#diagnostics-plot .annotation-text').length >= 8", timeout=120_000)
         titles = page.locator("#diagnostics-plot .annotation-text")
-        titles.first.wait_for(state="attached")
         boxes = [titles.nth(i).bounding_box() for i in range(titles.count())]
         boxes = [box for box in boxes if box and box["width"] > 0]
         assert len(boxes) >= 8
