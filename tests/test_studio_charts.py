@@ -231,3 +231,10 @@ def test_machine_chart_breaks_its_lines_across_sampling_gaps():
     assert list(cpu.y).count(None) == 1 and cpu.y.index(None) == 5 and cpu.connectgaps is False
     steady = Figure(system_figure([UsageSample(float(t), 10.0, 20.0) for t in range(0, 20, 2)]))
     assert None not in steady.data[0].y
+
+
+def test_the_api_summary_carries_the_score_and_its_unit(tmp_path):
+    summary = views.run_summary(snapshot(tmp_path, "snake", events(4, score=lambda u: 6.0)))
+    assert summary["last_score"] == 6.0 and summary["score_unit"] == "food"
+    gym = views.run_summary(snapshot(tmp_path / "gym", "Acrobot-v1", events(4, ret=lambda u: -90.0)))
+    assert gym["last_score"] == -90.0 and gym["score_unit"] is None
