@@ -203,6 +203,12 @@ def test_form_round_trips_a_config():
     assert again == config
 
 
+def test_the_guides_vector_env_true_shows_as_the_pool_it_means():
+    config = config_from_dict({"env_name": "CartPole-v1", "vector_env": True, "num_workers": 8}).to_dict()
+    shown = dict(zip((form_field.key for form_field in FORM_FIELDS), form_values(config)))
+    assert shown["vector_env"] == "pool"
+
+
 def test_bad_form_values_give_messages_that_name_the_key():
     values = form_values(tuned_config("cartpole"))
     keys = [form_field.key for form_field in FORM_FIELDS]

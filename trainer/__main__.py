@@ -20,13 +20,20 @@ import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SUBCOMMANDS = """other commands (each has its own --help):
+  python -m trainer evaluate MODEL.pth   play a trained model; mean and std of return and score
+  python -m trainer export RUN_DIR       write the policy as ONNX (--onnx agent.onnx)
+  python -m trainer serve RUN_DIR        serve the policy over HTTP (FastAPI)
+  python -m trainer master --config F    host an elastic cluster run (docs/readme/cluster.md)
+  python -m trainer worker --master H:P  join a cluster run"""
 
 
 def build_train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
-        description="Train a PPO / A2C agent from a YAML config. "
-                    "(`python -m trainer evaluate MODEL.pth` plays a trained model.)")
+        description="Train a PPO / A2C agent from a YAML config.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=SUBCOMMANDS)
     parser.add_argument("--config", "-c", help="YAML config file, e.g. configs/cartpole.yaml (a shipped config "
                                               "also by its bare name from any folder: cartpole.yaml)")
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
