@@ -238,3 +238,23 @@ def test_the_api_summary_carries_the_score_and_its_unit(tmp_path):
     assert summary["last_score"] == 6.0 and summary["score_unit"] == "food"
     gym = views.run_summary(snapshot(tmp_path / "gym", "Acrobot-v1", events(4, ret=lambda u: -90.0)))
     assert gym["last_score"] == -90.0 and gym["score_unit"] is None
+
+
+def test_a_chart_control_change_redraws_at_once_while_the_run_trains(tmp_path):
+    import json
+
+    from studio.callbacks import charts_due_now
+    from test_studio_ui import SKIP, form, make_studio
+    from test_studio_runs import fake_endless_trainer, wait_for
+
+    studio = make_studio(tmp_path, target=fake_endless_trainer, chart_seconds=600)
+    try:
+        _, run_id, _, viewed = studio.on_start(*form())
+        wait_for(lambda: len(studio.manager.get(run_id).metrics) >= 2)
+        first = studio.on_tick(run_id, viewed)  # the default chart: the game score
+        assert json.loads(first[1].plot)["layout"]["title"]["text"] == "Game score (steps balanced)"
+        assert studio.on_tick(run_id, first[-1], "length", 0.8, False, "steps")[1] == SKIP  # held to the pace
+        changed = studio.on_tick(run_id, charts_due_now(first[-1]), "length", 0.8, False, "steps")
+        assert json.loads(changed[1].plot)["layout"]["title"]["text"] == "Episode length"
+    finally:
+        studio.manager.shutdown(timeout=10)
