@@ -152,7 +152,11 @@ def test_log_scale_where_the_values_allow_it():
     assert positive.layout.yaxis.type == "log"
     negative = Figure(reward_figure([CurveSource("run", events(10, ret=lambda u: -u), "Pendulum-v1")], log=True))
     assert negative.layout.yaxis.type != "log"
-    assert "log scale needs values above 0" in negative.layout.annotations[0].text
+    assert "log scale needs values above 0" in negative.layout.title.text
+    mixed = Figure(reward_figure([CurveSource("a", events(10), "cartpole"),
+                                  CurveSource("b", events(10, score=lambda u: u - 5.0), "flappy_bird")], log=True))
+    assert mixed.layout.yaxis.type == "log" and mixed.layout.yaxis2.type != "log"  # each game's panel on its own
+    assert "log scale needs values above 0" in mixed.layout.annotations[1].text
 
 
 def test_x_axis_by_training_time():
