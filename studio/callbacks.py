@@ -555,6 +555,12 @@ def changed_value(viewed: dict, part: str, key: object) -> bool:
     return True
 
 
+def charts_due_now(viewed: dict | None) -> dict:
+    """A copy of a session's `viewed` whose next render draws the charts whatever their pace (the
+    user changed what they show)."""
+    return {**(viewed or {}), "charts_at": 0.0}
+
+
 def _file_identity(path: str | None) -> tuple | None:
     if path is None:
         return None

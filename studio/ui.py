@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import gradio as gr
 
 from studio import views
-from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, merged_settings, plot_data
+from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, charts_due_now, merged_settings, plot_data
 from studio.charts import MAX_SMOOTHING, ChartOptions, diagnostics_figure, reward_figure, system_figure
 from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, form_values, tuned_config
 from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
@@ -134,11 +134,20 @@ def _build_chart_controls(prefix: str) -> list:
     return [metric, smoothing, log_scale, x_axis]
 
 
-def _on_chart_change(controls: list, handler, inputs: list, outputs: list, **options) -> None:
-    """Redraw with `handler` when a chart control is changed by the user (a slider on release)."""
+def _on_chart_change(controls: list, handler, inputs: list, viewed: gr.State, outputs: list, **options) -> None:
+    """Redraw with `handler` at once when the user changes a chart control (a slider on release):
+    the session's `viewed` state forgets when the charts were last drawn, so the redraw is not
+    held back to the charts' pace while a run trains."""
+    position = inputs.index(viewed)
+
+    def redraw_now(*values):
+        values = list(values)
+        values[position] = charts_due_now(values[position])
+        return handler(*values)
+
     for control in controls:
         trigger = control.release if isinstance(control, gr.Slider) else control.input
-        trigger(handler, inputs, outputs, show_progress="hidden", **options)
+        trigger(redraw_now, inputs, outputs, show_progress="hidden", **options)
 
 
 def _form_component(form_field: FormField, value: Any, devices: Sequence[str], env_choices: Sequence[str]):
@@ -300,7 +309,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         live_outputs = [*live.outputs, system_plot, stop_button, cluster_panel, timer, live_viewed]
         live_inputs = [run_box, live_viewed, *live.chart_controls]
         timer.tick(studio.on_tick, live_inputs, live_outputs, show_progress="hidden", **private)
-        _on_chart_change(live.chart_controls, studio.on_tick, live_inputs, live_outputs, **private)
+        _on_chart_change(live.chart_controls, studio.on_tick, live_inputs, live_viewed, live_outputs, **private)
         start_button.click(studio.on_start, form_inputs, [train_message, run_box, timer, live_viewed],
                            **private)
         stop_button.click(studio.on_stop, run_box, train_message, **private)
@@ -341,7 +350,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         for trigger in (run_picker.change, compare_box.change):
             trigger(studio.show_selected, history_inputs, history_outputs, **private)
             trigger(studio.on_compare_change, [run_picker, compare_box], [compare_note, config_diff], **private)
-        _on_chart_change(history.chart_controls, studio.show_selected, history_inputs, history_outputs, **private)
+        _on_chart_change(history.chart_controls, studio.show_selected, history_inputs, runs_viewed, history_outputs,
+                         **private)
         run_picker.change(studio.run_notes_fields, run_picker, [name_box, notes_box], **private)
         runs_timer.tick(studio.on_runs_tick, [run_picker, compare_box, runs_viewed, runs_tab_shown, game_filter,
                                               status_filter, sort_order, *history.chart_controls],

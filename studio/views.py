@@ -231,6 +231,7 @@ def write_metrics_csv(run: RunSnapshot) -> str:
 def run_summary(run: RunSnapshot) -> dict:
     """The run as plain JSON, for the /poll API."""
     last_metrics = run.metrics[-1] if run.metrics else None
+    score = game_score(run.config.get("env_name"))
     return {
         "run_id": run.run_id,
         "status": run.status,
@@ -245,6 +246,8 @@ def run_summary(run: RunSnapshot) -> dict:
         "eta_seconds": None if run.eta_seconds is None else round(run.eta_seconds, 1),
         "last_return": run.last_return,
         "best_return": run.best_return,
+        "last_score": run.last_value(score.recent_key, score.key),
+        "score_unit": score.unit,  # "pipes"; None: the score is the return
         "updates": run.update_count,
         "last_metrics": last_metrics,
         "latest_gif_step": run.latest_gif.step if run.latest_gif else None,
