@@ -34,6 +34,7 @@ class EvaluationSummary:
     score_std: float
     cut_episodes: int
     gif_path: str | None
+    gif_caption: str | None = None   # what the GIF shows of the first episode (trainer/events.py clip_caption)
 
     def markdown(self) -> str:
         from studio.score import format_number, game_score
@@ -53,6 +54,8 @@ class EvaluationSummary:
         ]
         if self.cut_episodes:
             lines.append(f"{self.cut_episodes} episode(s) were cut at the step limit.")
+        if self.gif_path and self.gif_caption:
+            lines.append(f"The GIF, the first episode: {self.gif_caption}.")
         return "\n\n".join(lines)
 
 
@@ -115,5 +118,5 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
         env_name=str(config["env_name"]), model_step=model.global_step, episodes=result.episodes,
         deterministic=deterministic, return_mean=result.return_mean, return_std=result.return_std,
         score_mean=result.score_mean, score_std=result.score_std, cut_episodes=result.cut_episodes,
-        gif_path=str(result.gif_path) if result.gif_path else None,
+        gif_path=str(result.gif_path) if result.gif_path else None, gif_caption=result.gif_caption,
     )

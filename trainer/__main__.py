@@ -16,6 +16,7 @@ beside the log lines; piped to a file, only the log lines are printed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def train_command(argv: list[str]) -> int:
 
     if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():
         return launch_here(config, args, ranks_wanted(config, args.nproc))
-    from trainer.distributed import setup_distributed, shutdown_distributed
+    from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.loop import ResumeError, train
     from trainer.run_dir import RunOwnedError, create_run_dir
     from trainer.setup import device_type
@@ -212,7 +213,10 @@ def train_command(argv: list[str]) -> int:
     stop = StopRequest()
     stop.install_signals()
     try:
-        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume), preflight=False)
+        # torchrun / a restarted PyTorchJob pod reruns the same command: continue the run (distributed.py).
+        resume = bool(args.resume) or (bool(args.run_dir) and "TORCHELASTIC_RUN_ID" in os.environ
+                                       and continues_its_run(context, run_dir, config))
+        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=resume, preflight=False)
     except (ConfigError, ResumeError, RunOwnedError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
