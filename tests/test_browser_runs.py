@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from test_studio_helpers import start_studio, studio_page
+from test_studio_helpers import studio_page
 from test_studio_runs import CONFIG, fake_trainer
 from trainer.run_dir import create_run_dir, write_config
 
@@ -41,25 +41,23 @@ STATUS_STEP = """() => {
 
 def test_compare_a_finished_and_a_training_run_and_watch_the_training_one_move(tmp_path):
     began = time.time()
-    runs_dir = tmp_path / "runs"
-    finished_dir = create_run_dir(CONFIG, runs_dir)
+    finished_dir = create_run_dir(CONFIG, tmp_path / "runs")  # studio_page serves tmp_path / "runs"
     write_config(finished_dir, CONFIG)
     fake_trainer(CONFIG, str(finished_dir), None, threading.Event(), False)
-    server = start_studio(runs_dir, tmp_path / "studio.log")
-    print(f"studio up after {time.time() - began:.0f} s")
     training_config = {**CONFIG, "seed": 2}
-    training_dir = create_run_dir(training_config, runs_dir)
-    write_config(training_dir, training_config)
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
-    trainer = context.Process(target=functools.partial(fake_trainer, delay=0.25, forever=True),
-                              args=(training_config, str(training_dir), None, stop, False))
-    trainer.start()
-    finished, training = finished_dir.name, training_dir.name
-    try:
-        with studio_page(server, viewport={"width": 1400, "height": 1100}) as page:
+    with studio_page(tmp_path, 1400, 1100) as (server, page):
+        print(f"studio and page up after {time.time() - began:.0f} s")
+        training_dir = create_run_dir(training_config, server.runs_dir)
+        write_config(training_dir, training_config)
+        trainer = context.Process(target=functools.partial(fake_trainer, delay=0.25, forever=True),
+                                  args=(training_config, str(training_dir), None, stop, False))
+        trainer.start()
+        finished, training = finished_dir.name, training_dir.name
+        try:
             page.get_by_role("tab", name="Runs").click()
-            # Both runs are listed, the one started after the studio included.
+            # Both runs are listed, the one started after the page was opened included.
             for run_id in (finished, training):
                 page.locator("#compare label", has_text=run_id).wait_for(timeout=60_000)
             page.locator("#runs-table", has_text=training).wait_for()
@@ -86,7 +84,6 @@ def test_compare_a_finished_and_a_training_run_and_watch_the_training_one_move(t
             assert later[finished] == curves[finished]  # the finished run stays as it was
             assert "training" in page.locator("#runs-status").inner_text()
             page.screenshot(path=str(tmp_path / "runs-compare.png"), full_page=True)
-    finally:
-        stop.set()
-        trainer.join(30)
-        server.stop()
+        finally:
+            stop.set()
+            trainer.join(30)

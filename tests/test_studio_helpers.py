@@ -6,7 +6,6 @@ process it spawned: `os.killpg` on the group, never a name-based kill.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -15,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,17 +94,21 @@ def http_status(url: str) -> int:
         return error.code
 
 
-@contextlib.contextmanager
-def studio_page(server: StudioServer, **page_options):
-    """A headless Chromium page on the studio, loaded (its Start button shown); closed after."""
+@contextmanager
+def studio_page(tmp_path: Path, width: int, height: int, **page_options):
+    """A served studio (runs under `tmp_path`) and a headless-Chromium page on it, loaded."""
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(**{"viewport": {"width": 1500, "height": 1100}, **page_options})
-            page.goto(server.url, wait_until="load")
-            page.locator("#start").wait_for()
-            yield page
-        finally:
-            browser.close()
+    server = start_studio(tmp_path / "runs", tmp_path / "studio.log")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": width, "height": height}, **page_options)
+                page.goto(server.url, wait_until="load")
+                page.locator("#start").wait_for()
+                yield server, page
+            finally:
+                browser.close()
+    finally:
+        server.stop()
