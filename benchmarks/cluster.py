@@ -215,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         model[str(n)] = cells
         print(f"| {n} | " + " | ".join(f"{cell:.2f}x" for cell in cells) + " |")
     results["model_speedup"] = model
+    from trainer.run_dir import atomic_write
+
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
+    atomic_write(RESULTS, json.dumps(results, indent=1))
     print(f"\nwritten: {RESULTS.relative_to(ROOT)}")
     return 0
 
