@@ -17,6 +17,7 @@ from typing import Sequence
 from studio.runs import GifInfo, RunSnapshot
 from studio.score import format_count, format_number, game_score
 from studio.warnings import log_with_warnings, troubles, warning_banner
+from trainer.events import clip_caption
 from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
 
 METRIC_COLUMNS = (
@@ -24,7 +25,7 @@ METRIC_COLUMNS = (
     "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
     "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate",
 )
-RUNS_TABLE_HEADERS = ["run", "env", "model", "status", "steps", "score", "best return", "last return",
+RUNS_TABLE_HEADERS = ["run", "name", "env", "model", "status", "steps", "score", "best return", "last return",
                       "wall time", "disk (MiB)"]
 STATUS_LABELS = {
     "starting": "starting…", "running": "training", "stopping": "stopping… (saving the model)",
@@ -47,7 +48,7 @@ def status_html(run: RunSnapshot | None) -> str:
     if run is None:
         return (
             '<div class="run-status idle"><span class="badge idle">no run</span>'
-            "Pick a game and a model on the left, then press <b>Start</b>.</div>"
+            "Pick a game and a model in the form, then press <b>Start</b>.</div>"
         )
     score = game_score(run.config.get("env_name"))
     total = f" / {_count_html(run.total_timesteps)}" if run.total_timesteps else ""
@@ -71,6 +72,7 @@ def status_html(run: RunSnapshot | None) -> str:
     parts = [
         f'<div class="run-status {html.escape(run.status)}">',
         f'<div class="status-row"><span class="badge {html.escape(run.status)}">{html.escape(label)}</span>',
+        f'<span class="run-title">{html.escape(run.name)}</span>' if run.name else "",
         f'<span class="run-name">{html.escape(run.run_id)}</span>',
         f'<span class="run-score" title="mean of the last 100 episodes">{headline}</span>' if headline else "",
         f'<span class="facts">{" · ".join(fact for fact in facts if fact)}</span></div>',
@@ -101,6 +103,7 @@ def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
     return [
         [
             run.run_id,
+            run.name,
             run.env_name,
             run.model_type,
             run.status,
@@ -134,15 +137,20 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def gif_caption(gif: GifInfo | None) -> str:
+def gif_caption(gif: GifInfo | None, env_name: str | None = None) -> str:
+    """The line under the rollout GIF (never on it: the game draws its own score there): the step
+    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words,
+    the score in the game's unit (none for a Gymnasium env: its score is the return)."""
     if gif is None:
-        return "Rollout (the first GIF comes after the first updates)"
-    facts = [f"step {gif.step:,}"]
-    if gif.episode_return is not None:
-        facts.append(f"return {format_number(gif.episode_return)}")
-    if gif.episode_score is not None:
-        facts.append(f"score {format_number(gif.episode_score, 0)}")
-    return "Rollout at " + " · ".join(facts)
+        return "Rollout: the first GIF comes right after the first update."
+    score = game_score(env_name)
+    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return,
+                         None if score.is_return else gif.episode_score, score.unit)
+    return f"Rollout at step {gif.step:,}" + (f": {shown}" if shown else "")
+
+
+def gif_caption_html(gif: GifInfo | None, env_name: str | None = None) -> str:
+    return f'<div class="gif-caption">{html.escape(gif_caption(gif, env_name))}</div>'
 
 
 def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
@@ -175,8 +183,10 @@ def log_identity(run: RunSnapshot) -> tuple:
     return (run.run_id, stat.st_size, stat.st_mtime_ns, len(troubles(run)))  # a new warning is a new log line
 
 
-def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:
-    """What num_envs, num_steps and mini_batch_size add up to, under the form."""
+def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
+               total_timesteps: object = None) -> str:
+    """What num_envs, num_steps, mini_batch_size and total_timesteps add up to, under the form,
+    with thousands separators (the number boxes show `20000000`)."""
     try:
         envs, steps = int(num_envs), int(num_steps)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -186,11 +196,20 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> 
     try:
         mini = int(mini_batch_size)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return note
+        mini = 0
     if mini > 0 and batch % mini == 0:
         note += f", {batch // mini} minibatches of {mini:,}"
     elif mini > 0:
         note += f" — mini_batch_size {mini:,} does not divide it"
+    try:
+        total = int(total_timesteps)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return note
+    if total > 0 and batch > 0:
+        updates = -(-total // batch)  # whole updates, as trainer/loop.py counts them
+        note += f"  \ntotal_timesteps **{total:,}** = {updates:,} updates"
+        if updates * batch != total:
+            note += f" ({updates * batch:,} steps: whole updates)"
     return note
 
 
@@ -223,6 +242,7 @@ def write_metrics_csv(run: RunSnapshot) -> str:
 def run_summary(run: RunSnapshot) -> dict:
     """The run as plain JSON, for the /poll API."""
     last_metrics = run.metrics[-1] if run.metrics else None
+    score = game_score(run.config.get("env_name"))
     return {
         "run_id": run.run_id,
         "status": run.status,
@@ -237,6 +257,8 @@ def run_summary(run: RunSnapshot) -> dict:
         "eta_seconds": None if run.eta_seconds is None else round(run.eta_seconds, 1),
         "last_return": run.last_return,
         "best_return": run.best_return,
+        "last_score": run.last_value(score.recent_key, score.key),
+        "score_unit": score.unit,  # "pipes"; None: the score is the return
         "updates": run.update_count,
         "last_metrics": last_metrics,
         "latest_gif_step": run.latest_gif.step if run.latest_gif else None,

@@ -155,14 +155,21 @@ def test_runs_table_row_has_the_columns_people_look_for(tmp_path):
         {"type": "end", "time": 1020.0, "status": "finished", "step": 5120, "final_model": None}])
     (row,) = views.runs_table_rows([run])
     assert dict(zip(views.RUNS_TABLE_HEADERS, row)) == {
-        "run": "cartpole-ppo-small-1", "env": "cartpole", "model": "ppo-small", "status": "finished",
+        "run": "cartpole-ppo-small-1", "name": "", "env": "cartpole", "model": "ppo-small", "status": "finished",
         "steps": 5120, "score": "10.0 steps balanced", "best return": 10.0, "last return": 10.0, "wall time": "0:20",
         "disk (MiB)": round(run_size_bytes(run.run_dir) / 2**20, 2),  # its numbers: tests/test_retention.py
     }
 
 
 def test_gif_caption_and_durations():
-    assert views.gif_caption(GifInfo("x.gif", 12288, 42.25, 3.0)) == "Rollout at step 12,288 · return 42.2 · score 3"
+    # A GIF event from before the trainer said what the GIF shows: score and return only.
+    assert views.gif_caption(GifInfo("x.gif", 12288, 42.25, 3.0), "snake") == "Rollout at step 12,288: 3 food · return 42.2"
+    cut = GifInfo("x.gif", 12288, 1291.5, 31.0, steps_shown=300, episode_steps=2140, episode_ended=True)
+    assert (views.gif_caption(cut, "flappy_bird")
+            == "Rollout at step 12,288: first 300 of 2,140 steps · 31 pipes · return 1,291.5")
+    # A Gymnasium env: its score is the return, said once.
+    assert views.gif_caption(cut, "Pendulum-v1") == "Rollout at step 12,288: first 300 of 2,140 steps · return 1,291.5"
+    assert "first 300 of 2,140 steps" in views.gif_caption_html(cut) and "<script" not in views.gif_caption_html(cut)
     assert views.format_duration(3725) == "1:02:05" and views.format_duration(7.4) == "0:07"
 
 

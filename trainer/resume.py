@@ -48,7 +48,7 @@ def checkpoint_payload(session: "TrainingSession") -> dict:
         "env_state": capture_env_state(session.env),
         "next_obs": session.next_obs,
         "num_envs": session.config.num_envs, "world_size": session.world_size,
-        "gif_seconds": session.gif_budget.seconds_spent,
+        "gif_seconds": session.gif_schedule.seconds_spent,
     })
     return payload
 
@@ -85,7 +85,7 @@ def restore(session: "TrainingSession", payload: dict, path: Path | str = "the c
         session.optimizer.load_state_dict(payload["optimizer_state"])
         if session.reward_scaler is not None and payload.get("reward_scaler") is not None:
             session.reward_scaler.load_state_dict(payload["reward_scaler"])
-        session.gif_budget.seconds_spent = float(payload.get("gif_seconds", 0.0))
+        session.gif_schedule.seconds_spent = float(payload.get("gif_seconds", 0.0))
         same_layout = (payload.get("num_envs") == session.config.num_envs
                        and payload.get("world_size") == session.world_size)
         # The env state saved is the writer's own: only the writer continues it exactly.
