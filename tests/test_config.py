@@ -156,11 +156,12 @@ def test_round_trip_through_dict_keeps_every_value():
 
 
 def test_readme_config_reference_is_the_declarations_table():
-    """README.md carries the table generated from the key declarations (python docs/readme/build_readme.py)."""
-    from trainer.config import reference_markdown
+    """README.md carries the tables generated from trainer/config.py (python docs/readme/build_readme.py)."""
+    from trainer.config import reference_markdown, untuned_defaults_markdown
 
-    assert reference_markdown() in (ROOT / "README.md").read_text(), (
-        "the README's config reference is stale: run python docs/readme/build_readme.py")
+    readme = (ROOT / "README.md").read_text()
+    assert reference_markdown() in readme and untuned_defaults_markdown() in readme, (
+        "the README's config reference or untuned defaults are stale: run python docs/readme/build_readme.py")
     assert all(f"`{key}`" in reference_markdown() for key, _, _ in config_reference())
 
 

@@ -19,12 +19,11 @@ class BestRecent:
     """Sink: the best mean-of-last-100 return / score seen, and a stop once `target` is reached."""
 
     def __init__(self, field: str, target: float | None = None):
-        self.field, self.target, self.best, self.first = field, target, float("-inf"), None
+        self.field, self.target, self.best = field, target, float("-inf")
 
     def __call__(self, event):
         if event["type"] == "metrics" and event[self.field] is not None:
             self.best = max(self.best, event[self.field])
-            self.first = event[self.field] if self.first is None else self.first
 
     def reached(self) -> bool:
         return self.target is not None and self.best >= self.target
@@ -94,17 +93,10 @@ def test_guide_flappy_config_runs_in_full(tmp_path):
 
 
 # Pendulum-v1 from the defaults for continuous actions (trainer/config.py UNTUNED_DEFAULTS): the
-# mean return of an update's episodes went from -1249 / -1308 (first update, seeds 1 / 2) to
-# -769 / -812 within 12 updates (49k steps), then past -400 at about 70k steps.
-def test_pendulum_improves_with_the_defaults_for_continuous_actions(tmp_path):
-    config = load_config(None, ["env_name=Pendulum-v1", "total_timesteps=49_152", "gif_interval=0",
-                                "checkpoint.interval=0", "device=cpu"])
-    recorder = BestRecent("episode_return_mean")
-    train(config, tmp_path / "run", sinks=[recorder])
-    assert recorder.best >= recorder.first + 300, (
-        f"Pendulum-v1: the episodes' mean return went from {recorder.first:.0f} to at best {recorder.best:.0f}")
-
-
+# mean return of an update's episodes went from -1249 / -1308 / -1266 (first update, seeds 1 / 2 /
+# 3) to at best -555 / -652 / -824 within 14 updates (57k steps); seed 1's mean of the last 100
+# episodes passed -400 at 74k steps (about 50 s on an idle 2-core machine: too long for the
+# default suite, which checks that the defaults are chosen, tests/test_config.py).
 @pytest.mark.slow
 def test_pendulum_reaches_minus_400_within_1m_steps_with_the_defaults(tmp_path):
     config = load_config(None, ["env_name=Pendulum-v1", "total_timesteps=1_000_000", "gif_interval=0",

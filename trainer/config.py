@@ -556,16 +556,26 @@ def reference_markdown() -> str:
     """The config reference as a Markdown table (key, default, meaning), for the README.
 
     `python -c "from trainer.config import reference_markdown; print(reference_markdown())"`"""
-    def show(value: Any) -> str:
-        if value is None:
-            return "`null`"
-        if isinstance(value, bool):
-            return f"`{str(value).lower()}`"
-        if isinstance(value, int) and value >= 10_000:
-            return f"`{value:_}`"
-        return f"`{value}`"
-
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key, default, meaning in config_reference():
-        lines.append(f"| `{key}` | {show(default)} | {meaning.replace('|', '/')} |")
+        lines.append(f"| `{key}` | {_markdown_value(default)} | {meaning.replace('|', '/')} |")
     return "\n".join(lines)
+
+
+def untuned_defaults_markdown() -> str:
+    """`UNTUNED_DEFAULTS` as a Markdown table (kind of actions, settings), for the README."""
+    lines = ["| actions | settings (every other key: its declared default) |", "|---|---|"]
+    for kind, table in UNTUNED_DEFAULTS.items():
+        settings = ", ".join(f"`{name}` {_markdown_value(value)}" for name, value in table.items())
+        lines.append(f"| {ACTION_KINDS[kind]} | {settings or 'the declared defaults'} |")
+    return "\n".join(lines)
+
+
+def _markdown_value(value: Any) -> str:
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, int) and value >= 10_000:
+        return f"`{value:_}`"
+    return f"`{value}`"
