@@ -354,6 +354,10 @@ class VecEnv:
     single_action_space: gymnasium.spaces.Discrete | gymnasium.spaces.Box
     stats: EpisodeStats
     name: str = "env"
+    # The unit of the game score in `stats` ("pipes"): what the studio shows first, with this
+    # word (envs.registry.score_unit reads it). None: the score is the episode return (it is for
+    # a Gymnasium env that reports no info["score"]), so it is shown and labelled as the return.
+    score_unit: str | None = None
     metadata: dict = {"render_fps": 30}
     # False keeps a finished env on its last state until reset() (the single-env Gymnasium
     # wrapper and the play command use it to show the crash); training always auto-resets.

@@ -105,6 +105,33 @@ def resolve_env_name(name: str) -> str:
     raise _unknown_name_error(name)
 
 
+def _native_class(canonical: str) -> type[VecEnv]:
+    """The VecEnv class of built-in `canonical` (its module is imported on first use)."""
+    module_name, _, class_name = _NATIVE_ENVS[canonical].partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise EnvConfigError(f"{canonical} is not available yet in this version of envs/") from error
+
+
+def score_unit(name: str) -> str | None:
+    """The unit of env `name`'s game score, as its class declares it (`VecEnv.score_unit`):
+    "pipes" for flappy_bird, "food" for snake, "steps balanced" for cartpole, under any alias or
+    `gym:` spelling (their single-env versions report the same score). None where the score is
+    the episode return: Gymnasium ids, entry points (never imported here), unknown names."""
+    try:
+        resolved = resolve_env_name(name)
+    except UnknownEnvError:
+        return None
+    inner = resolved[len(GYM_PREFIX):] if resolved.startswith(GYM_PREFIX) else resolved
+    canonical = _ALIASES.get(inner.lower())
+    if canonical is None:
+        return None
+    return _native_class(canonical).score_unit
+
+
 def _load_entry_point(entry_point: str):
     module_name, _, attribute = entry_point.partition(":")
     module = importlib.import_module(module_name)
@@ -196,13 +223,7 @@ def make_vec_env(
         or bool(wrappers)
     )
     if not use_adapter:
-        module_name, _, class_name = _NATIVE_ENVS[resolved].partition(":")
-        try:
-            env_class = getattr(importlib.import_module(module_name), class_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            raise EnvConfigError(f"{resolved} is not available yet in this version of envs/") from error
+        env_class = _native_class(resolved)
         _check_env_kwargs(env_class, env_kwargs, resolved)
         return env_class(num_envs=num_envs, device=device, seed=seed, **env_kwargs)
 

@@ -94,7 +94,7 @@ def form_values(config: dict) -> list[Any]:
         if form_field.optional and form_field.kind in ("int", "float") and value is None:
             value = 0
         elif form_field.key == "vector_env":
-            value = VECTOR_ENV_DEFAULT if value is None else ("async" if value is True else "sync" if value is False else value)
+            value = VECTOR_ENV_DEFAULT if value is None else ("pool" if value is True else "sync" if value is False else value)
         elif form_field.kind == "yaml":
             value = "" if not value else yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
         values.append(value)

@@ -1,11 +1,14 @@
 """The studio in headless Chromium: pick CartPole, Start, watch, download the model, play it.
 
-One end-to-end test, as a user would do it: the reward chart fills with points, a rollout GIF
-appears, the run finishes, the downloaded .pth loads with `load_model` and plays CartPole far
-better than random (a random policy averages about 22).
+One end-to-end test, as a user would do it: a rollout GIF shows seconds after Start (its
+caption under it, not covering the game's score), the reward chart fills with points, the run
+finishes, the downloaded .pth loads with `load_model` and plays CartPole far better than random
+(a random policy averages about 22).
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -21,6 +24,9 @@ GIF_SHOWN = """() => {
   const image = document.querySelector('#rollout-gif img');
   return image && image.src.includes('.gif') && image.complete && image.naturalWidth > 0;
 }"""
+# The issue asks for the first GIF within ~5 s of Start; a loaded 2-core machine gets 30 s here,
+# and the measured time is printed (the quiet-machine figure is in docs/readme/trainer.md).
+FIRST_GIF_SECONDS = 30
 
 
 def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path):
@@ -36,16 +42,19 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
                 page = browser.new_page(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
                 page.goto(server.url)
                 page.locator("#start").wait_for()
-                # CartPole is the default game; the form holds its tuned config. A small budget,
-                # and a GIF every few updates so one shows while it trains.
+                # CartPole is the default game; the form holds its tuned config (GIFs as shipped).
                 page.locator("#field-total-timesteps input").fill("60000")
-                page.get_by_text("Advanced", exact=True).click()
-                page.locator("#field-gif-interval input").fill("3")
                 page.locator("#start").click()
+                started = time.perf_counter()
+                page.wait_for_function(GIF_SHOWN, timeout=FIRST_GIF_SECONDS * 1000)
+                print(f"first rollout GIF shown {time.perf_counter() - started:.1f} s after Start")
+                caption = page.locator("#rollout-caption")
+                assert "Rollout at step" in caption.inner_text() and "steps" in caption.inner_text()
+                image_box = page.locator("#rollout-gif img").bounding_box()
+                caption_box = caption.bounding_box()
+                assert caption_box["y"] >= image_box["y"] + image_box["height"] - 1, "the caption covers the GIF"
 
                 page.wait_for_function(REWARD_POINTS % 3, timeout=120_000)
-                page.wait_for_function(GIF_SHOWN, timeout=120_000)
-                assert "Rollout at step" in page.locator("#rollout-gif").inner_text()
                 page.locator("#status .badge.finished").wait_for(timeout=180_000)
                 page.wait_for_function(REWARD_POINTS % 5, timeout=10_000)
                 page.screenshot(path=str(tmp_path / "studio-cartpole.png"), full_page=True)

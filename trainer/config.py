@@ -49,8 +49,8 @@ CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"  # the shipped,
 # in this order. A key without a group is not in the form and says why (`studio_note`).
 BASIC = "basic"
 STUDIO_GROUPS = (BASIC, "Rollout and optimiser", "PPO", "Normalisation and prioritised minibatches",
-                 "Environment options", "Checkpoints, GIFs and logs")
-ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, OUTPUTS = STUDIO_GROUPS[1:]
+                 "Environment options", "Processes and cluster", "Checkpoints, GIFs and logs")
+ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, CLUSTER, OUTPUTS = STUDIO_GROUPS[1:]
 
 
 def key(default: Any, help: str, check: Check, group: str | None = None, studio_note: str | None = None,
@@ -168,31 +168,30 @@ class TrainConfig:
                              Integer(minimum=0, maximum=1024), OUTPUTS)
     backend: str = key("auto", "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), "
                        "`gloo`, `nccl`.", Choice(choices=DISTRIBUTED_BACKENDS),
-                       studio_note="only used by distributed (torchrun) runs, which the studio does not launch")
+                       studio_note="the studio's ranks use `auto`: gloo on CPU, nccl on CUDA")
     gpu_ids: list | None = key(None, "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses "
                                "`gpu_ids[i]`.", DeviceIds(),
                                studio_note="only used by distributed (torchrun) runs; pick the GPU with `device`")
     nproc_per_node: int = key(1, "Training processes (ranks) on this machine, started by torch's elastic launcher "
                               "(`--nproc`); with `gpu_ids`, one rank per listed GPU on nccl, else gloo on CPU.",
-                              Integer(maximum=1024), ROLLOUT)
+                              Integer(maximum=1024), CLUSTER)
     min_nodes: int = key(1, "Elastic cluster: train once this many machines (master included) have joined "
-                         "(torchrun's `--nnodes MIN:MAX`).", Integer(maximum=10_000),
-                         studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+                         "(torchrun's `--nnodes MIN:MAX`).", Integer(maximum=10_000), CLUSTER)
     max_nodes: int = key(1, "Elastic cluster: admit up to this many machines; a machine that joins mid-run is "
-                         "admitted at the next re-formation.", Integer(maximum=10_000),
-                         studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+                         "admitted at the next re-formation.", Integer(maximum=10_000), CLUSTER)
     max_restarts: int = key(3, "Elastic runs: how often the ranks may be re-formed after a failure (a lost "
                             "process or machine) before the run fails; each restart resumes from the last "
-                            "checkpoint.", Integer(minimum=0, maximum=10_000),
-                            studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+                            "checkpoint.", Integer(minimum=0, maximum=10_000), CLUSTER)
     # --- what it writes --------------------------------------------------------------------
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={
         "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.", "section": CheckpointConfig})
-    gif_interval: int = key(50, "Record a rollout GIF every this many updates, and one at the end (0: never).",
-                            Integer(minimum=0, maximum=10**9), OUTPUTS)
-    gif_max_frames: int = key(300, "Longest GIF, in frames (the episode is cut).", Integer(maximum=100_000), OUTPUTS)
-    gif_time_fraction: float = key(0.05, "Skip a scheduled GIF when GIFs would take more than this fraction of the "
-                                   "training time (1: never skip).", Real(0.0, 1.0), OUTPUTS)
+    gif_interval: float = key(20.0, "Seconds between rollout GIFs: the first right after the first update, then "
+                              "one every this many seconds while gif_time_fraction allows, and one at the end "
+                              "(0: never).", Real(0.0, 1e9), OUTPUTS)
+    gif_max_frames: int = key(300, "Longest GIF, in frames (a longer episode is played on, undrawn, to learn how it "
+                              "ends; the caption says what was cut).", Integer(maximum=100_000), OUTPUTS)
+    gif_time_fraction: float = key(0.05, "A GIF waits while GIFs would take more than this fraction of the training "
+                                   "time (1: never waits).", Real(0.0, 1.0), OUTPUTS)
     log_interval: int = key(10, "Write a `[STEP n] ...` log line every this many updates (metrics events go out "
                             "every update).", Integer(maximum=10**9), OUTPUTS)
     warn_falling_updates: int = key(10, "Warn (studio banner, log line, the `RLStudioReturnFalling` alert) when the "
