@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
-                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, short_repr)
+                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, _did_you_mean, short_repr)
 from trainer.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
 from trainer.permissions import (CodePermissionError, code_entry_points,  # noqa: F401 (re-exported)
                                  require_code_permission)
@@ -511,10 +510,7 @@ def _section(cls: type, value: Any, name: str, problems: list[str]) -> Any:
 
 def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
     candidates = valid + ([] if prefix else list(KEY_ALIASES))
-    close = difflib.get_close_matches(name[:64], candidates, n=1, cutoff=0.6)
-    if not close and len(name) >= 4:  # `lr_rate` -> learning_rate? no; `timesteps` -> total_timesteps: yes
-        close = [c for c in candidates if name.lower()[:64] in c or c in name.lower()[:64]][:1]
-    hint = f" Did you mean {prefix + close[0]!r}?" if close else ""
+    hint = _did_you_mean(name, candidates, prefix)  # `timesteps` -> total_timesteps; `lr_rate` -> nothing
     if prefix:
         return (f"unknown key {short_repr(prefix + name)}.{hint} The {prefix.rstrip('.')} section takes: "
                 f"{', '.join(valid)}")
