@@ -2,7 +2,7 @@
 gradient step, time to 50 pipes on Flappy Bird for 1 vs 2 processes, and a scaling model on
 paper for N GPUs.
 
-    python -m benchmarks.cluster                       # the README table (about 10 minutes on 2 cores)
+    python -m benchmarks.cluster                       # the README table (up to 20 minutes on 2 cores)
     python -m benchmarks.cluster --skip-flappy --seconds 20   # a quick look
 
 Every run is `python -m trainer --config configs/<game>.yaml --nproc N` (torch's elastic
@@ -145,8 +145,8 @@ def scaling_model(update_seconds: float, gradient_steps: int, all_reduce: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60, help="wall seconds per steps/s run (default 60)")
-    parser.add_argument("--flappy-seconds", type=float, default=300,
-                        help="wall-clock bound per time-to-50-pipes run (default 300)")
+    parser.add_argument("--flappy-seconds", type=float, default=420,
+                        help="wall-clock bound per time-to-50-pipes run (default 420)")
     parser.add_argument("--skip-flappy", action="store_true")
     parser.add_argument("--config", default="configs/cartpole.yaml", help="config for steps/s (default cartpole)")
     args = parser.parse_args(argv)
@@ -215,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         model[str(n)] = cells
         print(f"| {n} | " + " | ".join(f"{cell:.2f}x" for cell in cells) + " |")
     results["model_speedup"] = model
+    from trainer.run_dir import atomic_write
+
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
+    atomic_write(RESULTS, json.dumps(results, indent=1))
     print(f"\nwritten: {RESULTS.relative_to(ROOT)}")
     return 0
 

@@ -8,13 +8,12 @@ The prefix `gym:` forces that adapter even for a built-in (`gym:CartPole-v1`).
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 
 import torch
 
-from envs.base import EnvConfigError, UnknownEnvError, VecEnv
+from envs.base import EnvConfigError, UnknownEnvError, VecEnv, did_you_mean
 
 GYM_PREFIX = "gym:"
 
@@ -73,9 +72,7 @@ def _is_entry_point(name: str) -> bool:
 
 def _unknown_name_error(name: str) -> UnknownEnvError:
     candidates = list(_NATIVE_ENVS) + sorted(set(_ALIASES) - set(_NATIVE_ENVS)) + _gymnasium_ids()
-    lowered = {candidate.lower(): candidate for candidate in candidates}
-    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
-    hint = f" Did you mean {lowered[close[0]]!r}?" if close else ""
+    hint = did_you_mean(name, candidates)
     return UnknownEnvError(
         f"Unknown environment {name!r}.{hint} Built-in environments: {', '.join(_NATIVE_ENVS)} "
         f"(aliases: CartPole-v1, FlappyBird-v0, FlappyBirdPygame-v0, Snake-v0). Any registered "
@@ -143,8 +140,7 @@ def _check_env_kwargs(env_class: type, env_kwargs: dict, env_name: str) -> None:
     accepted = [p for p in parameters if p not in ("self", "num_envs", "device", "seed")]
     for key in env_kwargs:
         if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, accepted)
             raise EnvConfigError(
                 f"{env_name} does not take the option {key!r}.{hint} "
                 f"Options it takes: {', '.join(accepted) or '(none)'}"

@@ -7,6 +7,7 @@ out the page and wires these methods to it. Nothing here builds components.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -25,11 +26,13 @@ from studio.form import (
     check_web_safety,
     config_from_yaml_text,
     form_values,
+    has_tuned_config,
     tuned_config,
     validated_config,
     yaml_from_config,
 )
 from studio.runs import RunError, RunManager, RunSnapshot, RunState, safe_run_file
+from studio.evaluate import runs_with_models
 from studio.scratch import ScratchFolder, hide_server_paths
 from studio.system import SystemMonitor
 from trainer.config import TrainConfig, config_from_dict, merge_settings
@@ -41,6 +44,7 @@ FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most
 TABLE_SECONDS = 10.0  # while the Runs tab follows a training run, refresh its table at most this often
 DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
 USER_ERRORS = (FormError, ConfigError, RunError)
+LOG = logging.getLogger("studio")
 
 
 # ----------------------------------------------------------------------------- the studio
@@ -183,15 +187,16 @@ class Studio:
     # ---- the form
 
     def on_env_change(self, env_name: str):
-        """Fill the form from the env's tuned config (configs/<env>.yaml) when the env changes."""
+        """Fill the form from the env's tuned config (configs/<env>.yaml), or from the defaults when
+        it has none, when the env changes; the message says which of the two it was."""
         try:
             config = tuned_config(env_name)
-        except USER_ERRORS:
-            return [gr.skip()] * len(FORM_FIELDS) + [gr.skip()]
+        except USER_ERRORS as error:
+            return [gr.skip()] * len(FORM_FIELDS) + [_message(error)]
         values = form_values(config)
         keep = {"env_name", "device"}
         updates = [gr.skip() if form_field.key in keep else value for form_field, value in zip(FORM_FIELDS, values)]
-        return updates + [f"Filled the form with the tuned settings for **{env_name}**."]
+        return updates + [env_fill_message(env_name)]
 
     def on_start(self, *values):
         """Validate the form and start a run. Returns message, run id, timer, viewed."""
@@ -234,11 +239,26 @@ class Studio:
                            f"{error.strerror or error}. Check that folder's permissions and free space.") from None
 
     def on_stop(self, run_id: str):
+        """Ask the shown run to stop. The badge in the status line says "stopping" until it has;
+        the message box is cleared rather than left saying "Stopping" after the run ended."""
         try:
             self.manager.stop(run_id)
         except RunError as error:
             return _message(error)
-        return f"Stopping **{run_id}**: the trainer saves a checkpoint and the model, then ends."
+        gr.Info(f"Stopping {run_id}: the trainer saves a checkpoint and the model, then ends.")
+        return ""
+
+    def on_load_run_settings(self, run_id: str | None):
+        """The shown run's settings into the form (every field), e.g. to start a variant of it."""
+        run = self._snapshot(run_id)
+        unchanged = [gr.skip()] * len(FORM_FIELDS)
+        if run is None:
+            return unchanged + ["**No run is shown yet:** start one, or open one from the Runs tab."]
+        try:
+            values = form_values(config_from_dict(run.config).to_dict())
+        except USER_ERRORS as error:
+            return unchanged + [_message(f"Run {run.run_id}'s settings do not fit the form: {error}")]
+        return values + [f"The form holds the settings of **{run.run_id}**."]
 
     def on_load_yaml(self, text: str):
         """Pasted YAML -> the form (every field), with a note about keys the studio ignores."""
@@ -303,7 +323,7 @@ class Studio:
             views.runs_table(rows),
             gr.Dropdown(choices=_run_choices(runs), value=selected),
             gr.CheckboxGroup(choices=_run_choices(runs), value=compared),
-            gr.Dropdown(choices=[run.run_id for run in runs if run.final_model or run.latest_checkpoint]),
+            gr.Dropdown(choices=runs_with_models(runs)),
             gr.Dropdown(choices=games, value=game),
             note,
         )
@@ -354,10 +374,10 @@ class Studio:
                 rows, note = views.runs_table(table), text
         return (*updates, rows, note, gr.skip() if live else gr.Timer(active=False), viewed)
 
-    @staticmethod
-    def _run_view_size(with_log: bool) -> int:
-        """How many outputs render_run returns: status, reward chart, GIF, (log), diagnostics, files."""
-        return 4 + int(with_log) + len(DOWNLOAD_KINDS)
+    def _run_view_size(self, with_log: bool) -> int:
+        """How many outputs render_run returns (status, charts, GIF and caption, log, files): counted
+        from an empty render, so it follows the run view's parts."""
+        return len(self.render_run(None, [], {}, with_log=with_log)[0])
 
     def on_compare_change(self, run_id: str | None, compared: list[str] | None):
         """The note above the config diff (a warning when the games differ) and the diff: only
@@ -420,6 +440,14 @@ class Studio:
 
     # ---- the Evaluate tab
 
+    def on_evaluate_tab(self, current: str | None):
+        """Opening the Evaluate tab: the runs with a model, one of them picked (its final model
+        then preselected by `model_files`), so Evaluate works at once."""
+        from studio.evaluate import preselected_run
+
+        runs = self.manager.list_runs()
+        return gr.Dropdown(choices=runs_with_models(runs), value=preselected_run(runs, current))
+
     def model_files(self, run_id: str | None):
         run = self._snapshot(run_id)
         if run is None:
@@ -449,7 +477,8 @@ class Studio:
             text = hide_server_paths(str(error), upload)
             gr.Warning(text.splitlines()[0])
             return _message(text), gr.skip()
-        return result.markdown(), result.gif_path
+        evaluated = f"`{Path(upload).name}` (uploaded)" if source == "upload" else f"`{file_name}` of **{run_id}**"
+        return f"{result.markdown()}\n\nModel file: {evaluated}.", result.gif_path
 
     def _run_model_path(self, run_id: str | None, file_name: str | None) -> str:
         from studio.evaluate import EvaluationError
@@ -464,14 +493,22 @@ class Studio:
 
     # ---- page load
 
+    def on_follow_run(self, picked: str | None, shown: str | None):
+        """After Open / Resume on the Runs tab: the form takes the run the Train tab now shows,
+        and is left alone when the button did not switch to the picked run (e.g. no run picked)."""
+        if not picked or picked != shown:
+            return [gr.skip()] * (len(FORM_FIELDS) + 1)
+        return self.on_load_run_settings(shown)
+
     def on_load(self):
-        """A new tab shows the newest running run (else the newest run), e.g. after a reopen."""
+        """A new tab shows the newest running run (else the newest run), e.g. after a reopen, and
+        the form holds that run's settings, so the two never disagree."""
         runs = self.manager.list_runs()
         active = [run for run in runs if run.is_active]
         shown = active[0] if active else (runs[0] if runs else None)
         if shown is None:
-            return gr.skip(), gr.skip()
-        return shown.run_id, gr.Timer(active=True)
+            return [gr.skip(), gr.skip(), *[gr.skip()] * len(FORM_FIELDS), gr.skip()]
+        return [shown.run_id, gr.Timer(active=True), *self.on_load_run_settings(shown.run_id)]
 
     # ---- API (gradio_client)
 
@@ -483,7 +520,7 @@ class Studio:
             check_web_safety(raw, self.allow_custom_envs)
             state = self.start_run(config_from_dict(raw))
         except USER_ERRORS as error:
-            raise user_error(error) from None
+            raise user_error(error, "/start") from None
         summary = views.run_summary(state.snapshot())
         join = self.manager.worker_join(state.run_id)
         if join is not None:  # only the caller that started it hears the token
@@ -495,14 +532,14 @@ class Studio:
         try:
             return views.run_summary(self.manager.get(run_id))
         except RunError as error:
-            raise user_error(error) from None
+            raise user_error(error, "/poll") from None
 
     def api_stop(self, run_id: str) -> dict:
         """Ask the run to stop; it saves the model and ends. Poll until status is 'stopped'."""
         try:
             return views.run_summary(self.manager.stop(run_id).snapshot())
         except RunError as error:
-            raise user_error(error) from None
+            raise user_error(error, "/stop") from None
 
     def api_runs(self) -> list:
         """Every run in the runs folder (newest first): id, env, model, status, steps, returns."""
@@ -515,13 +552,20 @@ class Studio:
         """One of the run's files: kind = model | checkpoint | config | metrics."""
         run = self._snapshot(run_id)
         if run is None:
-            raise user_error(f"There is no run {str(run_id)[:80]!r}.")
+            raise user_error(f"There is no run {str(run_id)[:80]!r}.", "/download")
         if kind not in DOWNLOAD_KINDS:
-            raise user_error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {str(kind)[:40]!r}.")
+            raise user_error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {str(kind)[:40]!r}.", "/download")
         path = self._run_files(run, write_csv=kind == "metrics")[kind]
         if path is None:
-            raise user_error(f"Run {run_id} has no {kind} file yet.")
+            raise user_error(f"Run {run_id} has no {kind} file yet.", "/download")
         return path
+
+
+def env_fill_message(env_name: str) -> str:
+    """What on_env_change filled the form with: the tuned config only where one ships."""
+    if has_tuned_config(env_name):
+        return f"Filled the form with the tuned settings for **{env_name}**."
+    return f"Filled the form with the defaults (no tuned config for **{env_name}**)."
 
 
 def _run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:
@@ -529,10 +573,13 @@ def _run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:
     return [(f"{run.name} ({run.run_id})" if run.name else run.run_id, run.run_id) for run in runs]
 
 
-def user_error(error: Exception | str) -> gr.Error:
+def user_error(error: Exception | str, endpoint: str) -> gr.Error:
     """An API answer for a user's mistake: the message goes to the client, and the server's
-    console prints no traceback for it (it is not a bug)."""
-    return gr.Error(str(error), print_exception=False)
+    console gets one line for it, no traceback (it is not a bug; real bugs keep theirs)."""
+    text = str(error)
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    LOG.warning("studio: API %s refused: %s", endpoint, first[:300])
+    return gr.Error(text, print_exception=False)
 
 
 def merged_settings(base: dict, settings: dict) -> dict:
@@ -553,6 +600,12 @@ def changed_value(viewed: dict, part: str, key: object) -> bool:
         return False
     viewed[part] = key
     return True
+
+
+def charts_due_now(viewed: dict | None) -> dict:
+    """A copy of a session's `viewed` whose next render draws the charts whatever their pace (the
+    user changed what they show)."""
+    return {**(viewed or {}), "charts_at": 0.0}
 
 
 def _file_identity(path: str | None) -> tuple | None:

@@ -221,20 +221,23 @@ def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothi
         suffix = "" if row == 1 else str(row)
         top = 1.0 - (row - 1) * (span + gap)
         y_axis = {"title": {"text": _axis_title(metric, score)}, "domain": [max(0.0, top - span), top]}
-        if log:
-            if values.size and np.all(values > 0):
-                y_axis["type"] = "log"
-            else:
-                layout["annotations"].append(_note(
-                    "log scale needs values above 0: linear here", x=0.5, y=top, xanchor="center", yanchor="bottom"))
-        x_axis = {"title": {"text": x_title}, "anchor": f"y{suffix}"}
+        linear_note = ""
+        if log and values.size and np.all(values > 0):
+            y_axis["type"] = "log"
+        elif log:
+            linear_note = " · log scale needs values above 0: linear"
+        x_axis = {"anchor": f"y{suffix}"}
+        if row == len(panels):  # the x-axis title once, under the lowest panel
+            x_axis["title"] = {"text": x_title}
         if x == "steps":
             x_axis["tickformat"] = "~s"
         layout[f"xaxis{suffix}"] = x_axis
         layout[f"yaxis{suffix}"] = y_axis
         if len(panels) > 1:
-            layout["annotations"].append(_note(f"<b>{game}</b>: {_metric_title(metric, score).lower()}",
+            layout["annotations"].append(_note(f"<b>{game}</b>: {_metric_title(metric, score).lower()}{linear_note}",
                                                x=0.0, y=top, xanchor="left", yanchor="bottom"))
+        elif linear_note:
+            layout["title"]["text"] += f'<span style="font-size:12px;color:#6b7280">{linear_note}</span>'
     if len(panels) > 1:
         layout["margin"] = {"l": 60, "r": 20, "t": 80, "b": 45}
     return {"data": data, "layout": layout}

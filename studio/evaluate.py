@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from trainer.config import CodePermissionError, require_code_permission
 
@@ -56,6 +57,21 @@ class EvaluationSummary:
         if self.gif_path and self.gif_caption:
             lines.append(f"The GIF, the first episode: {self.gif_caption}.")
         return "\n\n".join(lines)
+
+
+def runs_with_models(runs: Sequence) -> list[str]:
+    """Ids of the runs (newest first, as RunManager.list_runs gives them) that have a model file."""
+    return [run.run_id for run in runs if run.final_model or run.latest_checkpoint]
+
+
+def preselected_run(runs: Sequence, current: str | None = None) -> str | None:
+    """The run the Evaluate tab picks for its visitor: the one already picked while it still has a
+    model, else the newest finished run with a final model, else the newest run with any model."""
+    choices = runs_with_models(runs)
+    if current in choices:
+        return current
+    finished = [run.run_id for run in runs if run.status == "finished" and run.final_model]
+    return (finished or choices or [None])[0]
 
 
 def parse_episodes(value: object) -> int:

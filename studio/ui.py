@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import gradio as gr
 
 from studio import views
-from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, merged_settings, plot_data
+from studio.callbacks import DEFAULT_ENV, DOWNLOAD_KINDS, Studio, charts_due_now, merged_settings, plot_data
 from studio.charts import MAX_SMOOTHING, ChartOptions, diagnostics_figure, reward_figure, system_figure
 from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, form_values, tuned_config
 from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
@@ -64,6 +64,14 @@ CSS = """
   white-space: pre-wrap; word-break: break-word}
 .log-title {font-weight: 600; font-size: 0.9em; margin-bottom: 4px}
 .field-group-title p {margin: 10px 0 0 0; font-size: 0.95em}
+#batch-note p {margin: 2px 0; font-size: 0.85em; color: var(--body-text-color-subdued)}
+/* A phone (390 px): the 2 x 4 diagnostics grid keeps a width where its titles fit, and scrolls
+   sideways inside its box instead of squeezing them into one another. */
+@media (max-width: 720px) {
+  #diagnostics-plot, #runs-diagnostics-plot {overflow-x: auto}
+  #diagnostics-plot .js-plotly-plot, #runs-diagnostics-plot .js-plotly-plot {min-width: 640px}
+  #studio-title h1 {font-size: 1.5em}
+}
 .run-status .run-score {font-size: 1.15em}
 .cluster-panel {padding: 8px 12px; border: 1px solid var(--border-color-primary); border-radius: 10px}
 .cluster-panel table {width: 100%; font-size: 0.85em} .cluster-panel tr.lost {color: #991b1b}
@@ -94,8 +102,9 @@ class RunView:
         return shown + [self.diagnostics_plot, *self.downloads]
 
 
-def _build_run_view(prefix: str, with_log: bool) -> RunView:
-    status = gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
+def _build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -> RunView:
+    """The run's components; `status` when the page placed the status line elsewhere already."""
+    status = status or _build_status(prefix)
     chart_controls = _build_chart_controls(prefix)
     reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
     with gr.Row(equal_height=False):
@@ -134,11 +143,24 @@ def _build_chart_controls(prefix: str) -> list:
     return [metric, smoothing, log_scale, x_axis]
 
 
-def _on_chart_change(controls: list, handler, inputs: list, outputs: list, **options) -> None:
-    """Redraw with `handler` when a chart control is changed by the user (a slider on release)."""
+def _on_chart_change(controls: list, handler, inputs: list, viewed: gr.State, outputs: list, **options) -> None:
+    """Redraw with `handler` at once when the user changes a chart control (a slider on release):
+    the session's `viewed` state forgets when the charts were last drawn, so the redraw is not
+    held back to the charts' pace while a run trains."""
+    position = inputs.index(viewed)
+
+    def redraw_now(*values):
+        values = list(values)
+        values[position] = charts_due_now(values[position])
+        return handler(*values)
+
     for control in controls:
         trigger = control.release if isinstance(control, gr.Slider) else control.input
-        trigger(handler, inputs, outputs, show_progress="hidden", **options)
+        trigger(redraw_now, inputs, outputs, show_progress="hidden", **options)
+
+
+def _build_status(prefix: str) -> gr.HTML:
+    return gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
 
 
 def _form_component(form_field: FormField, value: Any, devices: Sequence[str], env_choices: Sequence[str]):
@@ -196,20 +218,29 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         with gr.Tabs(selected="train") as tabs:
             # ------------------------------------------------------------------ Train
             with gr.Tab("Train", id="train"):
+                # Start, Stop and the status line first: on a phone (390 px) they are in the
+                # first screen, above the form; on a wide screen they head the two columns.
+                with gr.Row(equal_height=False, elem_id="train-bar"):
+                    with gr.Column(scale=2, min_width=340):
+                        with gr.Row():
+                            start_button = gr.Button("Start", variant="primary", min_width=120, elem_id="start")
+                            stop_button = gr.Button("Stop", variant="stop", interactive=False, min_width=120, elem_id="stop")
+                        train_message = gr.Markdown(elem_id="train-message")
+                    with gr.Column(scale=5):
+                        live_status = _build_status("")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=2, min_width=340):
                         controls: dict[str, Any] = {}
                         for form_field in BASIC_FIELDS:
                             controls[form_field.key] = _form_component(
                                 form_field, default_values[form_field.key], devices, env_choices)
-                        with gr.Row():
-                            start_button = gr.Button("Start", variant="primary", elem_id="start")
-                            stop_button = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop")
-                        train_message = gr.Markdown(elem_id="train-message")
+                        batch_info = gr.Markdown(views.batch_note(
+                            default_values["num_envs"], default_values["num_steps"],
+                            default_values["mini_batch_size"], default_values["total_timesteps"]),
+                            elem_id="batch-note")
+                        load_run_button = gr.Button("Load the shown run's settings", size="sm",
+                                                    elem_id="load-run-settings")
                         with gr.Accordion("Advanced", open=False, elem_id="advanced"):
-                            batch_info = gr.Markdown(views.batch_note(
-                                default_values["num_envs"], default_values["num_steps"],
-                                default_values["mini_batch_size"]))
                             for title, group in advanced_groups():
                                 gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
                                 for pair in (group[i:i + 2] for i in range(0, len(group), 2)):
@@ -231,7 +262,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
                         # Which run this tab shows (the status line names it); hidden, but an
                         # input of every tick, so each tab can follow a different run.
                         run_box = gr.Textbox(visible=False, elem_id="run-id")
-                        live = _build_run_view("", with_log=True)
+                        live = _build_run_view("", with_log=True, status=live_status)
                         cluster_panel = gr.HTML("", visible=False, elem_id="cluster-panel")  # studio/cluster_view.py
                         system_plot = gr.Plot(plot_data(system_figure([])), show_label=False, elem_id="system-plot")
             # ------------------------------------------------------------------ Runs
@@ -300,18 +331,24 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         live_outputs = [*live.outputs, system_plot, stop_button, cluster_panel, timer, live_viewed]
         live_inputs = [run_box, live_viewed, *live.chart_controls]
         timer.tick(studio.on_tick, live_inputs, live_outputs, show_progress="hidden", **private)
-        _on_chart_change(live.chart_controls, studio.on_tick, live_inputs, live_outputs, **private)
+        _on_chart_change(live.chart_controls, studio.on_tick, live_inputs, live_viewed, live_outputs, **private)
         start_button.click(studio.on_start, form_inputs, [train_message, run_box, timer, live_viewed],
                            **private)
         stop_button.click(studio.on_stop, run_box, train_message, **private)
-        demo.load(studio.on_load, None, [run_box, timer], **private)
+        demo.load(studio.on_load, None, [run_box, timer, *form_inputs, train_message], **private)
 
         # ---- form
         controls["env_name"].input(studio.on_env_change, controls["env_name"], [*form_inputs, train_message],
                                    **private)
-        for key in ("num_envs", "num_steps", "mini_batch_size"):
-            controls[key].change(views.batch_note, [controls["num_envs"], controls["num_steps"],
-                                                    controls["mini_batch_size"]], batch_info, **private)
+        batch_keys = ("num_envs", "num_steps", "mini_batch_size", "total_timesteps")
+        for key in batch_keys:
+            controls[key].change(views.batch_note, [controls[k] for k in batch_keys], batch_info, **private)
+        # A message about the form (an error, "Filled the form ...") goes stale once a field is
+        # edited: cleared in the browser, no server round trip.
+        for form_field in FORM_FIELDS:
+            if form_field.key != "env_name":  # its own handler writes the message
+                controls[form_field.key].input(None, None, train_message, js="() => ''", **private)
+        load_run_button.click(studio.on_load_run_settings, run_box, [*form_inputs, train_message], **private)
         load_yaml_button.click(studio.on_load_yaml, yaml_box, [*form_inputs, train_message], **private)
         upload_yaml_button.upload(studio.on_upload_yaml, upload_yaml_button,
                                   [yaml_box, *form_inputs, train_message], **private)
@@ -330,7 +367,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         refresh_button.click(studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
             studio.show_selected, history_inputs, history_outputs, **private)
         evaluate_tab.select(*runs_hidden, **private).then(
-            studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private)
+            studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
+            studio.on_evaluate_tab, eval_run, eval_run, **private)  # a run and its final model picked
         train_tab = next(tab for tab in tabs.children if getattr(tab, "id", None) == "train")
         for leave in (train_tab.select, watch_tab.select):
             leave(*runs_hidden, **private)
@@ -341,7 +379,8 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         for trigger in (run_picker.change, compare_box.change):
             trigger(studio.show_selected, history_inputs, history_outputs, **private)
             trigger(studio.on_compare_change, [run_picker, compare_box], [compare_note, config_diff], **private)
-        _on_chart_change(history.chart_controls, studio.show_selected, history_inputs, history_outputs, **private)
+        _on_chart_change(history.chart_controls, studio.show_selected, history_inputs, runs_viewed, history_outputs,
+                         **private)
         run_picker.change(studio.run_notes_fields, run_picker, [name_box, notes_box], **private)
         runs_timer.tick(studio.on_runs_tick, [run_picker, compare_box, runs_viewed, runs_tab_shown, game_filter,
                                               status_filter, sort_order, *history.chart_controls],
@@ -352,10 +391,13 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
             studio.on_refresh_runs, refresh_inputs, refresh_outputs, **private).then(
             studio.show_selected, history_inputs, history_outputs, **private).then(
             studio.on_compare_change, [run_picker, compare_box], [compare_note, config_diff], **private)
+        # The Train tab then shows that run: the form follows it (form and live view never disagree).
+        follow = dict(fn=studio.on_follow_run, inputs=[run_picker, run_box], outputs=[*form_inputs, train_message],
+                      **private)
         open_button.click(studio.on_open, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
-                          **private).then(*runs_hidden, **private)
+                          **private).then(*runs_hidden, **private).then(**follow)
         resume_button.click(studio.on_resume, run_picker, [runs_message, run_box, timer, live_viewed, tabs],
-                            **private).then(*runs_hidden, **private)
+                            **private).then(*runs_hidden, **private).then(**follow)
         stop_selected_button.click(studio.on_stop_selected, run_picker, runs_message, **private)
         delete_button.click(studio.on_delete_request, run_picker, [runs_message, confirm_delete_button], **private)
         confirm_delete_button.click(studio.on_delete_confirm, run_picker, [runs_message, confirm_delete_button],
@@ -401,6 +443,11 @@ def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_p
                 app_kwargs={"middleware": [Middleware(LoginThrottle)]})
 
 
+def startup_line(url: str, runs_dir) -> str:
+    """The one line the console shows once the studio answers."""
+    return f"RL Studio is running on {url} (runs folder: {runs_dir}). Press Ctrl-C to stop it."
+
+
 def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
            auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
            allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb",
@@ -418,6 +465,10 @@ def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
         from studio.metrics import metrics_route  # GET /metrics (Prometheus), same --auth as the page
 
         options["app_kwargs"]["routes"] = [metrics_route(manager, auth)]
-        demo.launch(**options)
+        # quiet: Gradio's own start lines end with "To create a public link, set `share=True`",
+        # advice that is wrong here (a share link would expose the studio to the internet).
+        demo.launch(quiet=True, prevent_thread_lock=True, **options)
+        print(startup_line(demo.local_url, manager.runs_dir), flush=True)
+        demo.block_thread()
     finally:
         manager.shutdown()

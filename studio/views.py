@@ -48,7 +48,7 @@ def status_html(run: RunSnapshot | None) -> str:
     if run is None:
         return (
             '<div class="run-status idle"><span class="badge idle">no run</span>'
-            "Pick a game and a model on the left, then press <b>Start</b>.</div>"
+            "Pick a game and a model in the form, then press <b>Start</b>.</div>"
         )
     score = game_score(run.config.get("env_name"))
     total = f" / {_count_html(run.total_timesteps)}" if run.total_timesteps else ""
@@ -183,8 +183,10 @@ def log_identity(run: RunSnapshot) -> tuple:
     return (run.run_id, stat.st_size, stat.st_mtime_ns, len(troubles(run)))  # a new warning is a new log line
 
 
-def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:
-    """What num_envs, num_steps and mini_batch_size add up to, under the form."""
+def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
+               total_timesteps: object = None) -> str:
+    """What num_envs, num_steps, mini_batch_size and total_timesteps add up to, under the form,
+    with thousands separators (the number boxes show `20000000`)."""
     try:
         envs, steps = int(num_envs), int(num_steps)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -194,11 +196,20 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> 
     try:
         mini = int(mini_batch_size)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return note
+        mini = 0
     if mini > 0 and batch % mini == 0:
         note += f", {batch // mini} minibatches of {mini:,}"
     elif mini > 0:
         note += f" — mini_batch_size {mini:,} does not divide it"
+    try:
+        total = int(total_timesteps)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return note
+    if total > 0 and batch > 0:
+        updates = -(-total // batch)  # whole updates, as trainer/loop.py counts them
+        note += f"  \ntotal_timesteps **{total:,}** = {updates:,} updates"
+        if updates * batch != total:
+            note += f" ({updates * batch:,} steps: whole updates)"
     return note
 
 
@@ -231,6 +242,7 @@ def write_metrics_csv(run: RunSnapshot) -> str:
 def run_summary(run: RunSnapshot) -> dict:
     """The run as plain JSON, for the /poll API."""
     last_metrics = run.metrics[-1] if run.metrics else None
+    score = game_score(run.config.get("env_name"))
     return {
         "run_id": run.run_id,
         "status": run.status,
@@ -245,6 +257,8 @@ def run_summary(run: RunSnapshot) -> dict:
         "eta_seconds": None if run.eta_seconds is None else round(run.eta_seconds, 1),
         "last_return": run.last_return,
         "best_return": run.best_return,
+        "last_score": run.last_value(score.recent_key, score.key),
+        "score_unit": score.unit,  # "pipes"; None: the score is the return
         "updates": run.update_count,
         "last_metrics": last_metrics,
         "latest_gif_step": run.latest_gif.step if run.latest_gif else None,

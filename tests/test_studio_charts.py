@@ -152,7 +152,11 @@ def test_log_scale_where_the_values_allow_it():
     assert positive.layout.yaxis.type == "log"
     negative = Figure(reward_figure([CurveSource("run", events(10, ret=lambda u: -u), "Pendulum-v1")], log=True))
     assert negative.layout.yaxis.type != "log"
-    assert "log scale needs values above 0" in negative.layout.annotations[0].text
+    assert "log scale needs values above 0" in negative.layout.title.text
+    mixed = Figure(reward_figure([CurveSource("a", events(10), "cartpole"),
+                                  CurveSource("b", events(10, score=lambda u: u - 5.0), "flappy_bird")], log=True))
+    assert mixed.layout.yaxis.type == "log" and mixed.layout.yaxis2.type != "log"  # each game's panel on its own
+    assert "log scale needs values above 0" in mixed.layout.annotations[1].text
 
 
 def test_x_axis_by_training_time():
@@ -231,3 +235,30 @@ def test_machine_chart_breaks_its_lines_across_sampling_gaps():
     assert list(cpu.y).count(None) == 1 and cpu.y.index(None) == 5 and cpu.connectgaps is False
     steady = Figure(system_figure([UsageSample(float(t), 10.0, 20.0) for t in range(0, 20, 2)]))
     assert None not in steady.data[0].y
+
+
+def test_the_api_summary_carries_the_score_and_its_unit(tmp_path):
+    summary = views.run_summary(snapshot(tmp_path, "snake", events(4, score=lambda u: 6.0)))
+    assert summary["last_score"] == 6.0 and summary["score_unit"] == "food"
+    gym = views.run_summary(snapshot(tmp_path / "gym", "Acrobot-v1", events(4, ret=lambda u: -90.0)))
+    assert gym["last_score"] == -90.0 and gym["score_unit"] is None
+
+
+def test_a_chart_control_change_redraws_at_once_while_the_run_trains(tmp_path):
+    import json
+
+    from studio.callbacks import charts_due_now
+    from test_studio_ui import SKIP, form, make_studio
+    from test_studio_runs import fake_endless_trainer, wait_for
+
+    studio = make_studio(tmp_path, target=fake_endless_trainer, chart_seconds=600)
+    try:
+        _, run_id, _, viewed = studio.on_start(*form())
+        wait_for(lambda: len(studio.manager.get(run_id).metrics) >= 2)
+        first = studio.on_tick(run_id, viewed)  # the default chart: the game score
+        assert json.loads(first[1].plot)["layout"]["title"]["text"] == "Game score (steps balanced)"
+        assert studio.on_tick(run_id, first[-1], "length", 0.8, False, "steps")[1] == SKIP  # held to the pace
+        changed = studio.on_tick(run_id, charts_due_now(first[-1]), "length", 0.8, False, "steps")
+        assert json.loads(changed[1].plot)["layout"]["title"]["text"] == "Episode length"
+    finally:
+        studio.manager.shutdown(timeout=10)

@@ -167,8 +167,6 @@ def test_studio_run_stopped_while_waiting_for_workers_ends_stopped(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a `python -m trainer _rank` process ends at SIGTERM instead of stopping "
-                   "cleanly (trainer/launch.py rank_command passes no StopRequest to train())")
 def test_studio_stop_of_a_two_process_run_saves_and_ends_stopped(tmp_path):
     manager = RunManager(tmp_path)
     state = manager.start(config_from_dict({**SHORT, "nproc_per_node": 2, "total_timesteps": 10_000_000}).to_dict())

@@ -8,7 +8,8 @@
     action, _ = model.predict(obs, deterministic=True)
 
 Keyword arguments are the YAML keys (`trainer/config.py`, validated there); a built-in game
-starts from its tuned `configs/<game>.yaml`, as in the studio. `env` is a name (built-in,
+starts from its tuned `configs/<game>.yaml`, as in the studio, any other env from the defaults
+for its kind of actions (`trainer.config.untuned_defaults`). `env` is a name (built-in,
 Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (run through
 Gymnasium's sync vector env), or a `VecEnv` object (used as it is: its num_envs and device).
 
@@ -27,7 +28,7 @@ from typing import Any, Callable
 
 from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
 from trainer.config import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
-                            require_code_permission, shipped_config)
+                            require_code_permission, shipped_config, untuned_defaults)
 from trainer.events import EventBus, LogSink, ProgressBarSink
 from trainer.loop import TrainingSession, open_run_dir, report_failure
 from trainer.resume import checkpoint_payload, restore
@@ -51,8 +52,9 @@ class PPO:
         if isinstance(env, str):
             config = shipped_config(env, settings)
         else:
-            label, env_factory, fixed = _wrap_env(env)
-            config = config_from_dict(merge_settings({"env_name": label, **fixed}, _check_fixed(settings, fixed)))
+            label, env_factory, fixed, action_space = _wrap_env(env)
+            base = merge_settings(untuned_defaults(action_space), {"env_name": label, **fixed})
+            config = config_from_dict(merge_settings(base, _check_fixed(settings, fixed)))
         self.config: TrainConfig = config
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
         self._bus = EventBus()
@@ -221,13 +223,14 @@ class A2C(PPO):
 # Envs
 
 
-def _wrap_env(env: Any) -> tuple[str, Callable, dict]:
-    """(config env_name label, env factory (num_envs, device, seed) -> VecEnv, keys the env fixes)."""
+def _wrap_env(env: Any) -> tuple[str, Callable, dict, Any]:
+    """(config env_name label, env factory (num_envs, device, seed) -> VecEnv, keys the env fixes,
+    its single action space)."""
     if _is_vec_env(env):
         def reuse(num_envs, device, seed):
             return env
         return _label(getattr(env, "name", None), type(env)), reuse, {
-            "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}
+            "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}, env.single_action_space
     if callable(env):
         from envs.gym_vec import GymVecEnv
 
@@ -236,9 +239,10 @@ def _wrap_env(env: Any) -> tuple[str, Callable, dict]:
         probe = env()
         try:
             spec_id = getattr(getattr(probe, "spec", None), "id", None)
+            action_space = probe.action_space
         finally:
             probe.close()
-        return _label(spec_id, env), factory, {}
+        return _label(spec_id, env), factory, {}, action_space
     raise ConfigError(f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
                       f"gymnasium.Env, or a VecEnv; got {type(env).__name__}")
 

@@ -272,9 +272,14 @@ def rank_command(argv: list[str]) -> int:
         sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
         print(formation_line(store.add(KEY + "formations", 1), context.world_size if context else 1, restart,
                              config.max_restarts, resume), flush=True)
+    from trainer.signals import StopRequest
+
+    stop = StopRequest()   # the agent forwards SIGTERM / SIGINT: the ranks agree to stop after this update
+    stop.install_signals()
+    stop.watch_parent()    # and an agent that dies without a word (kill -9) stops them too
     try:
-        train(config, run_dir, sinks=sinks, resume=resume, preflight=False)
-    except KeyboardInterrupt:   # Ctrl-C reaches the ranks too: the agent reports it
+        train(config, run_dir, sinks=sinks, should_stop=stop, resume=resume, preflight=False)
+    except KeyboardInterrupt:   # a second Ctrl-C: abort at once; the agent reports it
         return EXIT_INTERRUPTED
     except RuntimeError as error:
         if not _a_peer_left(error):

@@ -136,7 +136,7 @@ def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
         config = config_from_dict(config_dict)
         code = host_run(config, Path(run_dir), host, port or free_port(host), token,
                         ranks_wanted(config, None), say=say)
-        status = None if code == 0 else "failed"
+        status = None if code == 0 else "stopped" if stop.reason else "failed"  # host_run says why
     except SignalException:
         status = "stopped"
     except BaseException as error:  # noqa: BLE001 - e.g. the port is taken: the studio must hear it
