@@ -457,6 +457,9 @@ def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
                          cluster_host=cluster_host, cluster_port=cluster_port)
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds)
     demo.queue(default_concurrency_limit=4)
+    from studio.score import preload_in_background
+
+    preload_in_background()
     try:
         options = launch_options(host, port, auth, [str(manager.runs_dir)], max_upload_size)
         from studio.metrics import metrics_route  # GET /metrics (Prometheus), same --auth as the page
