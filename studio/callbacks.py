@@ -562,10 +562,15 @@ class Studio:
 
 
 def env_fill_message(env_name: str) -> str:
-    """What on_env_change filled the form with: the tuned config only where one ships."""
+    """What on_env_change filled the form with: the tuned config only where one ships, else the
+    defaults for the env's kind of actions (trainer.config.untuned_defaults), named as such."""
+    from trainer.config import ACTION_KINDS, action_kind_of_env
+
     if has_tuned_config(env_name):
         return f"Filled the form with the tuned settings for **{env_name}**."
-    return f"Filled the form with the defaults (no tuned config for **{env_name}**)."
+    kind = ACTION_KINDS.get(action_kind_of_env(env_name) or "")
+    which = f"the defaults for {kind}" if kind else "the defaults"
+    return f"Filled the form with {which} (no tuned config for **{env_name}**)."
 
 
 def _run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:
