@@ -26,7 +26,6 @@ from studio.form import (
     check_web_safety,
     config_from_yaml_text,
     form_values,
-    has_tuned_config,
     tuned_config,
     validated_config,
     yaml_from_config,
@@ -35,7 +34,7 @@ from studio.runs import RunError, RunManager, RunSnapshot, RunState, safe_run_fi
 from studio.evaluate import runs_with_models
 from studio.scratch import ScratchFolder, hide_server_paths
 from studio.system import SystemMonitor
-from trainer.config import TrainConfig, config_from_dict, merge_settings
+from trainer.config import TrainConfig, config_from_dict, defaults_source, merge_settings
 from trainer.run_dir import atomic_write, checkpoint_folder, config_path, list_checkpoints, safe_name
 from trainer.safe_yaml import MAX_YAML_BYTES
 
@@ -562,15 +561,9 @@ class Studio:
 
 
 def env_fill_message(env_name: str) -> str:
-    """What on_env_change filled the form with: the tuned config only where one ships, else the
-    defaults for the env's kind of actions (trainer.config.untuned_defaults), named as such."""
-    from trainer.config import ACTION_KINDS, action_kind_of_env
-
-    if has_tuned_config(env_name):
-        return f"Filled the form with the tuned settings for **{env_name}**."
-    kind = ACTION_KINDS.get(action_kind_of_env(env_name) or "")
-    which = f"the defaults for {kind}" if kind else "the defaults"
-    return f"Filled the form with {which} (no tuned config for **{env_name}**)."
+    """What on_env_change filled the form with: the tuned config only where one ships, else which
+    defaults (trainer.config.defaults_source says it for the CLI and the API alike)."""
+    return f"Filled the form with {defaults_source(env_name)}."
 
 
 def _run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:

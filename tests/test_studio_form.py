@@ -32,11 +32,10 @@ def test_environment_comes_first_in_the_form():
 def test_env_change_says_defaults_when_no_tuned_config_ships(tmp_path):
     studio = make_studio(tmp_path)
     *updates, message = studio.on_env_change("Pendulum-v1")
-    assert "defaults for continuous (Box) actions (no tuned config for **Pendulum-v1**)" in message
-    assert "tuned settings" not in message
+    assert "defaults for continuous (Box) actions (no tuned config for Pendulum-v1)" in message
     assert updates[KEYS.index("num_envs")] != SKIP  # the form was still filled (with the defaults)
     *_, message = studio.on_env_change("snake")
-    assert "tuned settings for **snake**" in message
+    assert "the tuned config configs/snake.yaml" in message
 
 
 def test_env_change_to_an_unknown_env_says_so_and_leaves_the_form(tmp_path):
