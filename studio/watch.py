@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import gradio as gr  # at module level: Gradio reads the handlers' `gr.Request` hints from these globals
+
 import numpy as np
 
 from trainer.config import CodePermissionError, require_code_permission
@@ -288,7 +290,6 @@ def build_watch_tab(manager, allow_custom_envs: bool, tab=None) -> dict:
 
     manager: the studio's RunManager (its runs are offered); tab: the gr.Tab, whose select
     refreshes the run list. Returns the components by name (tests, layout)."""
-    import gradio as gr
 
     servers = PolicyServers()
     private = dict(api_visibility="private")
