@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from test_studio_helpers import CHROMIUM, CHROMIUM_ARGS, start_studio
+from test_studio_helpers import studio_page
 
 pytestmark = pytest.mark.browser
 
@@ -29,65 +29,53 @@ def trained_run(runs_dir):
 
 
 def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
-    from playwright.sync_api import sync_playwright
+    run_dir = trained_run(tmp_path / "runs")  # studio_page serves tmp_path / "runs"
+    with studio_page(tmp_path, 1400, 1000, accept_downloads=True) as (server, page):
+        page.get_by_role("tab", name="Watch").click()
+        picker = page.locator("#watch-run input")
+        page.wait_for_function(
+            "(name) => document.querySelector('#watch-run input')?.value === name", arg=run_dir.name,
+            timeout=30_000)
+        assert picker.input_value() == run_dir.name
+        page.locator("#watch-start").click()
 
-    run_dir = trained_run(tmp_path / "runs")
-    server = start_studio(tmp_path / "runs", tmp_path / "studio.log")
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-                page.goto(server.url)
-                page.get_by_role("tab", name="Watch").click()
-                picker = page.locator("#watch-run input")
-                page.wait_for_function(
-                    "(name) => document.querySelector('#watch-run input')?.value === name", arg=run_dir.name,
-                    timeout=30_000)
-                assert picker.input_value() == run_dir.name
-                page.locator("#watch-start").click()
+        page.wait_for_function(f"() => ({FRAME_SRC})() !== null", timeout=60_000)
+        first = page.evaluate(FRAME_SRC)
+        assert first.startswith("data:image/jpeg;base64,")
+        page.wait_for_function(f"(first) => {{ const now = ({FRAME_SRC})(); return now && now !== first; }}",
+                               arg=first, timeout=30_000)  # the frames change: the game moves
+        seen = set()
+        for _ in range(6):
+            seen.add(page.evaluate(FRAME_SRC))
+            page.wait_for_timeout(150)
+        assert len(seen) >= 3, "the view should keep streaming new frames"
+        score = page.locator("#watch-score").inner_text()
+        assert re.search(r"Score \d+", score) and "episode" in score and "step" in score
+        page.screenshot(path=str(tmp_path / "studio-watch.png"), full_page=True)
+        page.locator("#watch-stop").click()
+        page.wait_for_function("() => !document.querySelector('#watch-frame')", timeout=90_000)
 
-                page.wait_for_function(f"() => ({FRAME_SRC})() !== null", timeout=60_000)
-                first = page.evaluate(FRAME_SRC)
-                assert first.startswith("data:image/jpeg;base64,")
-                page.wait_for_function(f"(first) => {{ const now = ({FRAME_SRC})(); return now && now !== first; }}",
-                                       arg=first, timeout=30_000)  # the frames change: the game moves
-                seen = set()
-                for _ in range(6):
-                    seen.add(page.evaluate(FRAME_SRC))
-                    page.wait_for_timeout(150)
-                assert len(seen) >= 3, "the view should keep streaming new frames"
-                score = page.locator("#watch-score").inner_text()
-                assert re.search(r"Score \d+", score) and "episode" in score and "step" in score
-                page.screenshot(path=str(tmp_path / "studio-watch.png"), full_page=True)
-                page.locator("#watch-stop").click()
-                page.wait_for_function("() => !document.querySelector('#watch-frame')", timeout=90_000)
+        page.get_by_text("Use it in a game", exact=True).click()
+        page.locator("#watch-export").click()
+        download_button = page.locator("#watch-download-onnx")
+        download_button.wait_for(timeout=60_000)
+        with page.expect_download() as download_info:
+            download_button.click()
+        download = download_info.value
+        assert download.suggested_filename.endswith(".onnx")
+        onnx_path = tmp_path / download.suggested_filename
+        download.save_as(onnx_path)
 
-                page.get_by_text("Use it in a game", exact=True).click()
-                page.locator("#watch-export").click()
-                download_button = page.locator("#watch-download-onnx")
-                download_button.wait_for(timeout=60_000)
-                with page.expect_download() as download_info:
-                    download_button.click()
-                download = download_info.value
-                assert download.suggested_filename.endswith(".onnx")
-                onnx_path = tmp_path / download.suggested_filename
-                download.save_as(onnx_path)
-
-                page.locator("#watch-serve").click()
-                message = page.locator("#watch-deploy-message")
-                page.wait_for_function(
-                    "() => /http:\\/\\/127\\.0\\.0\\.1:\\d+/.test(document.querySelector('#watch-deploy-message')"
-                    "?.innerText || '')", timeout=60_000)
-                url = re.search(r"http://127\.0\.0\.1:\d+", message.inner_text()).group(0)
-                request = urllib.request.Request(url + "/v1/act", data=json.dumps({"obs": [0.0, 0.0, 0.01, 0.0]}).encode(),
-                                                 headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    assert json.load(response)["actions"][0] in (0, 1)
-            finally:
-                browser.close()
-    finally:
-        server.stop()
+        page.locator("#watch-serve").click()
+        message = page.locator("#watch-deploy-message")
+        page.wait_for_function(
+            "() => /http:\\/\\/127\\.0\\.0\\.1:\\d+/.test(document.querySelector('#watch-deploy-message')"
+            "?.innerText || '')", timeout=60_000)
+        url = re.search(r"http://127\.0\.0\.1:\d+", message.inner_text()).group(0)
+        request = urllib.request.Request(url + "/v1/act", data=json.dumps({"obs": [0.0, 0.0, 0.01, 0.0]}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response)["actions"][0] in (0, 1)
 
     ort = pytest.importorskip("onnxruntime", reason="optional extra: pip install -r requirements-export.txt")
     import numpy as np
