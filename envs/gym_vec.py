@@ -26,7 +26,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from torch import Tensor
 
 from envs.base import EnvConfigError, EnvError, UnknownEnvError, VecEnv
-from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool, resolve_num_workers
+from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool, episode_scores, resolve_num_workers
 
 MODES = ("sync", "async", "pool", "async_pool")
 
@@ -147,10 +147,9 @@ class GymVecEnv(VecEnv):
         self.num_workers = self._pool.num_workers if self._pool is not None else (
             num_envs if mode == "async" else 1)
         self._closed = False
-        self._running_return = np.zeros(num_envs, dtype=np.float64)
-        self._step_reward = np.zeros(num_envs, dtype=np.float64)  # async_pool: a step's halves meet here
-        self._step_score = np.zeros(num_envs, dtype=np.float64)
-        self._step_done = np.zeros(num_envs, dtype=bool)
+        self._running_return = np.zeros(num_envs, dtype=np.float64)  # Gymnasium's vectorisers (the pool's: in its workers)
+        # async_pool: a step's halves meet here for the statistics (reward, score, done)
+        self._step_stats = torch.zeros(3, num_envs, device=self.device)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
         self._last_obs = self.reset(self._seed)
 
@@ -186,8 +185,14 @@ class GymVecEnv(VecEnv):
             size, start = self._one_hot_obs
             one_hot = np.zeros((len(obs), size), dtype=np.float32)
             one_hot[np.arange(len(obs)), np.asarray(obs, dtype=np.int64) - start] = 1.0
-            obs = one_hot
-        return torch.tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+            return torch.from_numpy(one_hot).to(self.device)
+        return self._tensor(obs, np.float32)
+
+    def _tensor(self, array: np.ndarray, dtype: type, copy: bool = True) -> Tensor:
+        """`array` on the device: from_numpy + one copy (several times cheaper than
+        torch.tensor(array) for the small arrays of a step); copy=False: a view where it can be,
+        for what is read at once."""
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(self.device, copy=copy)
 
     def _actions_to_numpy(self, actions: Tensor | np.ndarray, count: int | None = None) -> np.ndarray:
         count = self.num_envs if count is None else count
@@ -197,11 +202,12 @@ class GymVecEnv(VecEnv):
         if self._action_start is not None:
             if actions.size != count:
                 raise EnvError(f"{self.name}: expected {count} discrete actions, got shape {actions.shape}")
-            return actions.reshape(count).astype(np.int64) + self._action_start
+            actions = actions.reshape(count).astype(np.int64, copy=False)
+            return actions + self._action_start if self._action_start else actions
         shape = (count, *self.single_action_space.shape)
         if actions.size != int(np.prod(shape)):
             raise EnvError(f"{self.name}: expected continuous actions of shape {shape}, got shape {actions.shape}")
-        return actions.reshape(shape).astype(self.single_action_space.dtype)
+        return actions.reshape(shape).astype(self.single_action_space.dtype, copy=False)
 
     # Protocol ---------------------------------------------------------------------------------
 
@@ -216,8 +222,8 @@ class GymVecEnv(VecEnv):
         return self._obs_to_tensor(obs)
 
     def _gymnasium_step(self, actions: np.ndarray) -> tuple:
-        """One step of Gymnasium's vector env as the pool reports it: (obs, final_obs, reward,
-        terminated, truncated, env_score, has_env_score), numpy arrays of N."""
+        """One step of Gymnasium's vector env as the pool's workers report it: (obs, final_obs,
+        reward, terminated, truncated, done, score), numpy arrays of N."""
         obs, reward, terminated, truncated, info = self._vector_env.step(actions)
         done = np.logical_or(terminated, truncated)
         env_score = np.zeros(self.num_envs, dtype=np.float64)
@@ -235,37 +241,23 @@ class GymVecEnv(VecEnv):
                 has_final = np.asarray(final_info.get("_score", np.ones(self.num_envs, dtype=bool)), dtype=bool) & done
                 env_score[has_final] = np.asarray(final_info["score"], dtype=np.float64)[has_final]
                 has_score |= has_final
-        return obs, final_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, env_score, has_score
+        reward = np.asarray(reward, dtype=np.float64)
+        score = episode_scores(self._running_return, reward, done, env_score, has_score)
+        return obs, final_obs, reward, terminated, truncated, done, score
 
     def _pool_results(self, envs: slice) -> tuple:
         shared = self._pool.shared
         return (shared.obs[envs], shared.final_obs[envs], shared.reward[envs], shared.terminated[envs],
-                shared.truncated[envs], shared.score[envs], shared.has_score[envs])
+                shared.truncated[envs], shared.done[envs], shared.score[envs])
 
-    def _results(self, envs: slice, results: tuple) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        """Scores, running returns and tensors of the envs `envs` from one step's numpy results;
-        their reward / score / done wait in `_step_*` for the statistics."""
-        obs, final_obs, reward, terminated, truncated, env_score, has_score = results
-        done = np.logical_or(terminated, truncated)
-        running = self._running_return[envs]  # a view: slices of a numpy array are
-        running += reward
-        score = np.where(has_score, env_score, running)
-        self._step_reward[envs], self._step_score[envs], self._step_done[envs] = reward, score, done
-        running[done] = 0.0
-        return (
-            self._obs_to_tensor(obs),
-            torch.as_tensor(np.asarray(reward, dtype=np.float32), device=self.device),
-            torch.tensor(np.asarray(terminated, dtype=bool), device=self.device),
-            torch.tensor(np.asarray(truncated, dtype=bool), device=self.device),
-            {"final_obs": self._obs_to_tensor(final_obs)},
-        )
-
-    def _update_stats(self) -> None:
-        self.stats.update(
-            torch.as_tensor(self._step_reward, dtype=torch.float32, device=self.device),
-            torch.as_tensor(self._step_score, dtype=torch.float32, device=self.device),
-            torch.as_tensor(self._step_done, device=self.device).clone(),
-        )
+    def _results(self, results: tuple) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor, dict], Tensor, Tensor]:
+        """The step's (obs, reward, terminated, truncated, info) as new tensors on the device
+        (copies: the pool's shared memory is rewritten by the next step), and the (score, done)
+        the statistics read right away (views of it where they can be)."""
+        obs, final_obs, reward, terminated, truncated, done, score = results
+        out = (self._obs_to_tensor(obs), self._tensor(reward, np.float32), self._tensor(terminated, np.bool_),
+               self._tensor(truncated, np.bool_), {"final_obs": self._obs_to_tensor(final_obs)})
+        return out, self._tensor(score, np.float32, copy=False), self._tensor(done, np.bool_, copy=False)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         actions = self._actions_to_numpy(actions)
@@ -274,8 +266,8 @@ class GymVecEnv(VecEnv):
             results = self._pool_results(slice(None))
         else:
             results = self._gymnasium_step(actions)
-        out = self._results(slice(None), results)
-        self._update_stats()
+        out, score, done = self._results(results)
+        self.stats.update(out[1], score, done)
         return out
 
     def send(self, group: int, actions: Tensor) -> None:
@@ -289,11 +281,15 @@ class GymVecEnv(VecEnv):
         every group has reported it."""
         self._pool.recv(group)
         envs = self.step_groups[group]
-        out = self._results(envs, self._pool_results(envs))
+        out, score, done = self._results(self._pool_results(envs))
+        reward_row, score_row, done_row = self._step_stats[:, envs].unbind(0)
+        reward_row.copy_(out[1])
+        score_row.copy_(score)
+        done_row.copy_(done)
         self._group_received[group] = True
         if all(self._group_received):
             self._group_received = [False] * len(self._group_received)
-            self._update_stats()
+            self.stats.update(self._step_stats[0], self._step_stats[1], self._step_stats[2].bool())
         return out
 
     def render(self, index: int = 0) -> np.ndarray:

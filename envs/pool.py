@@ -106,19 +106,19 @@ def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
 class _Shared:
     """The numpy views of the pool's shared arrays (created by the learner, inherited by workers)."""
 
-    FIELDS = ("obs", "final_obs", "actions", "reward", "terminated", "truncated", "score", "has_score", "seeds")
-
     def __init__(self, num_envs: int, obs_shape: tuple, action_shape: tuple, action_dtype: np.dtype,
                  num_workers: int, raw: dict | None = None):
         self.specs = {
             "obs": ((num_envs, *obs_shape), np.float32),
             "final_obs": ((num_envs, *obs_shape), np.float32),
             "actions": ((num_envs, *action_shape), np.dtype(action_dtype)),
-            "reward": ((num_envs,), np.float64),
+            # What the learner hands on as it is (float32, as the trainer's tensors): each step's
+            # reward, end flags, and the episode's score so far (`episode_scores`).
+            "reward": ((num_envs,), np.float32),
             "terminated": ((num_envs,), np.bool_),
             "truncated": ((num_envs,), np.bool_),
-            "score": ((num_envs,), np.float64),      # the env's info["score"] where it gave one
-            "has_score": ((num_envs,), np.bool_),
+            "done": ((num_envs,), np.bool_),
+            "score": ((num_envs,), np.float32),
             "seeds": ((num_envs,), np.int64),        # -1: reset without a seed
             "command": ((num_workers,), np.int32),
             "status": ((num_workers,), np.int32),
@@ -131,6 +131,18 @@ class _Shared:
         for name, (shape, dtype) in self.specs.items():
             count = int(np.prod(shape))
             setattr(self, name, np.frombuffer(self.raw[name], dtype=dtype, count=count).reshape(shape))
+
+
+def episode_scores(running: np.ndarray, reward: np.ndarray, done: np.ndarray, env_score: np.ndarray,
+                   has_score: np.ndarray) -> np.ndarray:
+    """Each env's score after a step: the game's own `info["score"]` where the env reported one,
+    else the return of the episode so far. `running` (float64, one per env) holds those returns:
+    this step's reward is added, and finished episodes restart from 0. The one rule for every
+    Gymnasium vectoriser (the pool's workers and envs.gym_vec for Gymnasium's own)."""
+    running += reward
+    score = np.where(has_score, env_score, running)
+    running[done] = 0.0
+    return score
 
 
 def _die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
@@ -170,23 +182,26 @@ def _worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple,
     if shared.status[index] == _FAILED:
         return
     obs_out, final_out, actions = shared.obs, shared.final_obs, shared.actions
-    reward_out, term_out, trunc_out = shared.reward, shared.terminated, shared.truncated
-    score_out, has_score_out = shared.score, shared.has_score
+    term_out, trunc_out = shared.terminated, shared.truncated
+    # This worker's slice of the per-step results, filled env by env, then stored in one go.
+    count = hi - lo
+    reward, env_score = np.zeros(count), np.zeros(count)
+    has_score = np.zeros(count, dtype=bool)
+    running = np.zeros(count)  # the return of each episode in progress (its score without info["score"])
     discrete = actions.ndim == 1
     while True:
         go.acquire()
         command = int(shared.command[index])
         try:
             if command == _STEP:
-                for k, env in zip(range(lo, hi), envs):
-                    obs, reward, terminated, truncated, info = env.step(actions[k] if discrete else actions[k].copy())
-                    reward_out[k] = reward
+                for j, (k, env) in enumerate(zip(range(lo, hi), envs)):
+                    obs, reward[j], terminated, truncated, info = env.step(actions[k] if discrete else actions[k].copy())
                     term_out[k] = terminated
                     trunc_out[k] = truncated
                     score = info.get("score") if info else None
-                    has_score_out[k] = score is not None
+                    has_score[j] = score is not None
                     if score is not None:
-                        score_out[k] = score
+                        env_score[j] = score
                     if terminated or truncated:
                         final_out[k] = obs
                         obs, _ = env.reset()
@@ -194,12 +209,16 @@ def _worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple,
                     else:
                         obs_out[k] = obs
                         final_out[k] = obs
+                ended = np.logical_or(term_out[lo:hi], trunc_out[lo:hi], out=shared.done[lo:hi])
+                shared.reward[lo:hi] = reward
+                shared.score[lo:hi] = episode_scores(running, reward, ended, env_score, has_score)
             elif command == _RESET:
                 for k, env in zip(range(lo, hi), envs):
                     seed = int(shared.seeds[k])
                     obs, _ = env.reset(seed=None if seed < 0 else seed)
                     obs_out[k] = obs
                     final_out[k] = obs
+                running[:] = 0.0
             elif command == _RENDER:
                 error_conn.send(("frame", envs[int(shared.arg[index]) - lo].render()))
             elif command == _CLOSE:
