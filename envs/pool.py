@@ -235,6 +235,19 @@ def _worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple,
         done.release()
 
 
+def _pickled_env_fn(env_fn: Callable) -> bytes:
+    """`env_fn` as the workers receive it (cloudpickle: lambdas and closures travel by value),
+    or an error that says what to change."""
+    try:
+        return cloudpickle.dumps(env_fn)
+    except Exception as error:  # noqa: BLE001 - pickling raises many types (TypeError, PicklingError...)
+        raise EnvConfigError(
+            f"the env factory cannot be sent to the pool's worker processes: it could not be pickled "
+            f"({type(error).__name__}: {error}). Make it a function (or functools.partial) whose arguments "
+            f"pickle, creating what it needs (files, locks, sockets, windows) inside it, or step the envs in "
+            f"this process (num_workers: 1 or vector_env: sync)") from error
+
+
 class WorkerPool:
     """`num_envs` copies of `env_fn()` stepped by `num_workers` processes over shared memory.
 
@@ -266,7 +279,7 @@ class WorkerPool:
         # worker touches only numpy and the user's env
         methods = multiprocessing.get_all_start_methods()
         ctx = multiprocessing.get_context(context or ("fork" if "fork" in methods else "spawn"))
-        payload = cloudpickle.dumps(env_fn)
+        payload = _pickled_env_fn(env_fn)
         self._go = [ctx.Semaphore(0) for _ in range(num_workers)]
         self._done = [ctx.Semaphore(0) for _ in range(num_workers)]
         self._errors, self._fault_paths = [], []
