@@ -126,7 +126,9 @@ class GymVecEnv(VecEnv):
             self.can_render = getattr(probe, "render_mode", None) == "rgb_array"
             self.name = getattr(probe.spec, "id", None) or getattr(env_id, "__qualname__", "env factory")
         env_fn = functools.partial(make_single_env, env_id, wrappers, env_kwargs, render_mode)
-        self._vector_env = self._pool = None
+        self._vector_env = self._pool = self._views = None
+        # async_pool: a step's halves meet here for the statistics (reward, score, done)
+        self._step_stats = torch.zeros(3, num_envs, device=self.device)
         self.step_groups: tuple[slice, ...] | None = None  # async_pool: the envs of each half
         if mode == "sync":
             self._vector_env = SyncVectorEnv([env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -144,12 +146,16 @@ class GymVecEnv(VecEnv):
             if groups == 2:
                 self.step_groups = tuple(self._pool.group_envs)
             self._group_received = [False] * groups
+            self._views = self._shared_views()
+            if self.step_groups is not None:  # each group's slices, made once
+                self._group_stats = [self._step_stats[:, envs].unbind(0) for envs in self.step_groups]
+                if self._views is not None:
+                    self._group_views = [{name: view[envs] for name, view in self._views.items()}
+                                         for envs in self.step_groups]
         self.num_workers = self._pool.num_workers if self._pool is not None else (
             num_envs if mode == "async" else 1)
         self._closed = False
         self._running_return = np.zeros(num_envs, dtype=np.float64)  # Gymnasium's vectorisers (the pool's: in its workers)
-        # async_pool: a step's halves meet here for the statistics (reward, score, done)
-        self._step_stats = torch.zeros(3, num_envs, device=self.device)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
         self._last_obs = self.reset(self._seed)
 
@@ -245,6 +251,16 @@ class GymVecEnv(VecEnv):
         score = episode_scores(self._running_return, reward, done, env_score, has_score)
         return obs, final_obs, reward, terminated, truncated, done, score
 
+    def _shared_views(self) -> dict[str, Tensor] | None:
+        """Tensors over the pool's shared arrays (made once: views cost nothing to read), for
+        `step_views`; None where a step's results need converting anyway (one-hot
+        observations, a device other than the CPU)."""
+        if self.device.type != "cpu" or self._one_hot_obs is not None:
+            return None
+        shared = self._pool.shared
+        return {name: torch.from_numpy(getattr(shared, name))
+                for name in ("obs", "final_obs", "reward", "terminated", "truncated", "done", "score")}
+
     def _pool_results(self, envs: slice) -> tuple:
         shared = self._pool.shared
         return (shared.obs[envs], shared.final_obs[envs], shared.reward[envs], shared.terminated[envs],
@@ -260,6 +276,10 @@ class GymVecEnv(VecEnv):
         return out, self._tensor(score, np.float32, copy=False), self._tensor(done, np.bool_, copy=False)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        if self._pool is not None and self._views is not None:
+            obs, reward, terminated, truncated, info = self.step_views(actions)
+            return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), {
+                "final_obs": info["final_obs"].clone()}
         actions = self._actions_to_numpy(actions)
         if self._pool is not None:
             self._pool.step(actions)
@@ -270,6 +290,17 @@ class GymVecEnv(VecEnv):
         self.stats.update(out[1], score, done)
         return out
 
+    def step_views(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """`step`, but the tensors may be views of the pool's shared memory, valid until the
+        next step: no copies, for a caller that copies them itself (the rollout writes them
+        straight into its buffer). `step` where there is nothing to save."""
+        if self._pool is None or self._views is None:
+            return self.step(actions)
+        self._pool.step(self._actions_to_numpy(actions))
+        views = self._views
+        self.stats.update(views["reward"], views["score"], views["done"])
+        return views["obs"], views["reward"], views["terminated"], views["truncated"], {"final_obs": views["final_obs"]}
+
     def send(self, group: int, actions: Tensor) -> None:
         """async_pool: start a step of the envs `step_groups[group]` with their actions."""
         envs = self.step_groups[group]
@@ -279,17 +310,31 @@ class GymVecEnv(VecEnv):
         """async_pool: wait for `group`'s step and return its (obs, reward, terminated,
         truncated, info) for the envs `step_groups[group]`; the statistics count a step once
         every group has reported it."""
+        obs, reward, terminated, truncated, info = self.recv_views(group)
+        if self._views is None:
+            return obs, reward, terminated, truncated, info  # already copies
+        return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), {"final_obs": info["final_obs"].clone()}
+
+    def recv_views(self, group: int) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """`recv`, but the tensors may be views of the shared memory, valid until the group is
+        sent again (as `step_views`)."""
         self._pool.recv(group)
         envs = self.step_groups[group]
-        out, score, done = self._results(self._pool_results(envs))
-        reward_row, score_row, done_row = self._step_stats[:, envs].unbind(0)
-        reward_row.copy_(out[1])
+        if self._views is not None:
+            views = self._group_views[group]
+            out = (views["obs"], views["reward"], views["terminated"], views["truncated"],
+                   {"final_obs": views["final_obs"]})
+            score, done = views["score"], views["done"]
+        else:
+            out, score, done = self._results(self._pool_results(envs))
+        reward_row, score_row, done_row = self._group_stats[group]
+        reward_row.copy_(out[1])  # kept: the group's memory is rewritten once it is sent again
         score_row.copy_(score)
         done_row.copy_(done)
         self._group_received[group] = True
         if all(self._group_received):
             self._group_received = [False] * len(self._group_received)
-            self.stats.update(self._step_stats[0], self._step_stats[1], self._step_stats[2].bool())
+            self.stats.update(self._step_stats[0], self._step_stats[1], self._step_stats[2])
         return out
 
     def render(self, index: int = 0) -> np.ndarray:

@@ -117,7 +117,7 @@ class _Shared:
             "reward": ((num_envs,), np.float32),
             "terminated": ((num_envs,), np.bool_),
             "truncated": ((num_envs,), np.bool_),
-            "done": ((num_envs,), np.bool_),
+            "done": ((num_envs,), np.float32),     # terminated | truncated, as 0.0 / 1.0 (the statistics multiply by it)
             "score": ((num_envs,), np.float32),
             "seeds": ((num_envs,), np.int64),        # -1: reset without a seed
             "command": ((num_workers,), np.int32),
@@ -209,7 +209,8 @@ def _worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple,
                     else:
                         obs_out[k] = obs
                         final_out[k] = obs
-                ended = np.logical_or(term_out[lo:hi], trunc_out[lo:hi], out=shared.done[lo:hi])
+                ended = term_out[lo:hi] | trunc_out[lo:hi]
+                shared.done[lo:hi] = ended
                 shared.reward[lo:hi] = reward
                 shared.score[lo:hi] = episode_scores(running, reward, ended, env_score, has_score)
             elif command == _RESET:
