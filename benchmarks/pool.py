@@ -27,9 +27,10 @@ import torch
 
 STEP_CPU_SECONDS = 300e-6
 RESULTS = Path(__file__).resolve().parent / "results" / "pool.json"
-RAW_KINDS = ("pool", "async_pool", "gym_sync", "gym_async", "sb3_subproc", "envpool")
-PPO_KINDS = ("pool", "async_pool", "gym_sync", "gym_async", "sb3_dummy", "sb3_subproc")
-LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "gym_sync": "Gymnasium SyncVectorEnv",
+RAW_KINDS = ("pool", "async_pool", "sync", "gym_sync", "gym_async", "sb3_subproc", "envpool")
+PPO_KINDS = ("pool", "async_pool", "sync", "gym_async", "sb3_dummy", "sb3_subproc")
+LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "sync": "ours: sync (in-process)",
+          "gym_sync": "Gymnasium SyncVectorEnv",
           "gym_async": "Gymnasium AsyncVectorEnv", "sb3_subproc": "SB3 SubprocVecEnv",
           "sb3_dummy": "SB3 DummyVecEnv", "envpool": "EnvPool (C++)"}
 PPO_SETTINGS = {"num_steps": 64, "mini_batch_size": 512, "update_epochs": 2}
@@ -86,8 +87,8 @@ def _ours(env: str, num_envs: int, mode: str):
 def _raw_stepper(kind: str, env: str, num_envs: int) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one batched step of every env, close) for a vectoriser."""
     actions = np.random.default_rng(0).integers(0, 2, size=num_envs)
-    if kind == "pool":
-        vec = _ours(env, num_envs, "pool")
+    if kind in ("pool", "sync"):
+        vec = _ours(env, num_envs, kind)
         tensor_actions = torch.as_tensor(actions)
         return (lambda: vec.step(tensor_actions)), vec.close
     if kind == "async_pool":  # each half steps while the other is handed back (no policy here)
@@ -160,7 +161,7 @@ def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> f
     from envs.gym_vec import GymVecEnv
     from trainer import PPO
 
-    mode = {"pool": "pool", "async_pool": "async_pool", "gym_sync": "sync", "gym_async": "async"}[kind]
+    mode = {"pool": "pool", "async_pool": "async_pool", "sync": "sync", "gym_async": "async"}[kind]
     vec = GymVecEnv(env_fn(env), num_envs, seed=0, mode=mode, num_workers="auto" if "pool" in mode else None)
     model = PPO(vec, num_steps=PPO_SETTINGS["num_steps"], mini_batch_size=minibatch,
                 update_epochs=PPO_SETTINGS["update_epochs"], seed=0, gif_interval=0)

@@ -2,10 +2,10 @@
 
 `GymVecEnv("Acrobot-v1", num_envs=8)` builds 8 copies with `gymnasium.make` (or, for an entry
 point `package.module:ClassName`, by calling the class), applies the user's wrappers to every
-copy, and steps them with `gymnasium.vector.SyncVectorEnv` (mode `sync`: in this process),
-`AsyncVectorEnv` (`async`: one process per copy) or our shared-memory `WorkerPool` (`pool`:
-`num_workers` processes sharing the copies, envs/pool.py; `async_pool`: the same, in two halves
-that step while the policy acts on the other). Observations, rewards and done flags come back as
+copy, and steps them in this process (mode `sync`: the worker pool's own loop, envs/pool.py
+`LocalEnvs`), with Gymnasium's `AsyncVectorEnv` (`async`: one process per copy) or with our
+shared-memory `WorkerPool` (`pool`: `num_workers` processes sharing the copies; `async_pool`:
+the same, in two halves that step while the policy acts on the other). Observations, rewards and done flags come back as
 tensors on the chosen device; finished episodes feed the same `EpisodeStats` as the native
 envs, with `score` taken from the env's `info["score"]` when it reports one, else the return.
 
@@ -22,11 +22,11 @@ from typing import Callable
 import gymnasium
 import numpy as np
 import torch
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from torch import Tensor
 
 from envs.base import EnvConfigError, EnvError, UnknownEnvError, VecEnv
-from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool, episode_scores, resolve_num_workers
+from envs.pool import DEFAULT_STEP_TIMEOUT_S, LocalEnvs, WorkerPool, episode_scores, resolve_num_workers
 
 MODES = ("sync", "async", "pool", "async_pool")
 
@@ -130,8 +130,12 @@ class GymVecEnv(VecEnv):
         # async_pool: a step's halves meet here for the statistics (reward, score, done)
         self._step_stats = torch.zeros(3, num_envs, device=self.device)
         self.step_groups: tuple[slice, ...] | None = None  # async_pool: the envs of each half
+        obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
         if mode == "sync":
-            self._vector_env = SyncVectorEnv([env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+            self._pool = LocalEnvs(env_fn, num_envs, obs_shape, self.single_action_space.shape,
+                                   self.single_action_space.dtype)
+            self._group_received = [False]
+            self._views = self._shared_views()
         elif mode == "async":
             self._vector_env = AsyncVectorEnv(
                 [env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP,
@@ -140,7 +144,6 @@ class GymVecEnv(VecEnv):
         else:
             groups = 2 if mode == "async_pool" else 1
             workers = max(groups, resolve_num_workers(num_workers, num_envs))
-            obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
             self._pool = WorkerPool(env_fn, num_envs, workers, obs_shape, self.single_action_space.shape,
                                     self.single_action_space.dtype, groups=groups, step_timeout=step_timeout)
             if groups == 2:
@@ -152,8 +155,7 @@ class GymVecEnv(VecEnv):
                 if self._views is not None:
                     self._group_views = [{name: view[envs] for name, view in self._views.items()}
                                          for envs in self.step_groups]
-        self.num_workers = self._pool.num_workers if self._pool is not None else (
-            num_envs if mode == "async" else 1)
+        self.num_workers = num_envs if mode == "async" else self._pool.num_workers
         self._closed = False
         self._running_return = np.zeros(num_envs, dtype=np.float64)  # Gymnasium's vectorisers (the pool's: in its workers)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
@@ -343,8 +345,6 @@ class GymVecEnv(VecEnv):
             raise EnvError(f"{self.name} cannot render RGB frames (its render_modes lack 'rgb_array')")
         if self._pool is not None:
             frame = self._pool.render(index)
-        elif isinstance(self._vector_env, SyncVectorEnv):
-            frame = self._vector_env.envs[index].render()
         else:
             frame = self._vector_env.call("render")[index]
         frame = np.asarray(frame)
