@@ -92,6 +92,8 @@ def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trainer.cluster import DEFAULT_PORT
+
     parser = argparse.ArgumentParser(
         prog="python app.py",
         description="RL Studio: configure, launch and watch reinforcement-learning runs in the browser.",
@@ -109,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-custom-envs", action="store_true",
                         help="accept package.module:Class environments and wrappers from the web form "
                              "(this imports and runs that code on the server)")
+    parser.add_argument("--cluster-host", default="127.0.0.1", metavar="ADDRESS",
+                        help="address a run that accepts workers (max_nodes > 1) listens on for them "
+                             "(default 127.0.0.1: workers on this machine only; give this machine's "
+                             "address on a private network to let others join)")
+    parser.add_argument("--cluster-port", type=port_number, default=DEFAULT_PORT,
+                        help=f"port of that rendezvous (default {DEFAULT_PORT}, the guide's)")
     parser.add_argument("--poll-seconds", type=float, default=1.0,
                         help="how often an open page refreshes a running run (default 1 s)")
     return parser
@@ -147,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     launch(
         host=args.host, port=args.port, runs_dir=args.runs_dir, auth=args.auth,
         max_concurrent_runs=args.max_concurrent_runs, allow_custom_envs=args.allow_custom_envs,
-        poll_seconds=args.poll_seconds,
+        poll_seconds=args.poll_seconds, cluster_host=args.cluster_host, cluster_port=args.cluster_port,
     )
 
 

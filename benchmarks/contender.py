@@ -9,7 +9,6 @@ and a result's `solve_unix_time` minus it is the seconds a user would wait from 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -50,10 +49,9 @@ def run_measurement(kind: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    from trainer.run_dir import atomic_write  # the project's one atomic write
+
+    atomic_write(path, json.dumps(data, indent=1))
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,6 @@
 """PNG plots of the suite's results (matplotlib, a benchmark-only dependency)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +9,15 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from trainer.run_dir import atomic_write  # noqa: E402
+
 OURS_COLOR, SB3_COLOR, GYM_COLOR = "#d62728", "#1f77b4", "#ff7f0e"
 
 
 def _save(figure, path: Path) -> Path:
-    tmp = path.with_name(path.stem + ".tmp.png")
     figure.tight_layout()
-    figure.savefig(tmp, dpi=110)
+    atomic_write(path, lambda file: figure.savefig(file, dpi=110, format="png"))
     plt.close(figure)
-    os.replace(tmp, path)
     return path
 
 

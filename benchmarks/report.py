@@ -6,11 +6,12 @@ are never adjusted to the figures.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.run_dir import atomic_write
 
 # Issue 5's goals on the 2-core CPU.
 GOAL_IDENTICAL_SETTINGS_RATIO = 2.0      # ours / SB3 steps per second, same settings
@@ -228,18 +229,12 @@ def render_console(rows: list[Row]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """Write results.json, results.md and the PNG plots; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = build_rows(results)
     json_path, md_path = out_dir / "results.json", out_dir / "results.md"
-    _write_text_atomic(json_path, json.dumps(results, indent=1))
+    atomic_write(json_path, json.dumps(results, indent=1))
     machine = results.get("machine", {})
     header = [
         "# Benchmark results",
@@ -252,7 +247,10 @@ def write_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
         f"load average at start {machine.get('load_average_at_start', '?')}.",
         "",
     ]
-    _write_text_atomic(md_path, "\n".join(header) + "\n" + render_markdown(rows))
-    from benchmarks.plots import write_plots
-
+    atomic_write(md_path, "\n".join(header) + "\n" + render_markdown(rows))
+    try:
+        from benchmarks.plots import write_plots
+    except ImportError as error:  # a benchmark-only dependency: the figures are kept without it
+        print(f"plots skipped ({error}); pip install -r benchmarks/requirements.txt for the PNGs")
+        return [json_path, md_path]
     return [json_path, md_path] + write_plots(results, out_dir)

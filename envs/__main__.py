@@ -19,6 +19,11 @@ import torch
 
 PLAYABLE = ("flappy_bird", "snake")
 ARROW_HEADINGS = {"up": 0, "right": 1, "down": 2, "left": 3}  # snake's absolute actions
+CONTROLS = {  # printed when a game starts; _key_action below is what the keys do
+    "flappy_bird": "space, up, W or a click: flap",
+    "snake": "arrow keys or W/A/S/D: steer",
+}
+QUIT_AND_RESTART = "esc or Q: quit; after a crash, any of the game's keys starts a new game"
 
 
 @dataclass
@@ -159,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     from envs.base import EnvError
+    from envs.registry import resolve_env_name
 
     try:
+        game = resolve_env_name(args.game)
+        if game in CONTROLS:
+            print(f"{game}: {CONTROLS[game]}; {QUIT_AND_RESTART}")
         session = play(args.game, fps=args.fps, seed=args.seed, max_frames=args.max_frames, scale=args.scale)
     except EnvError as error:
         print(f"error: {error}", file=sys.stderr)

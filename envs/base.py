@@ -11,7 +11,9 @@ trainer calls `drain()` once per update: one host sync, one `EpisodeSummary`.
 """
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import gymnasium
@@ -30,6 +32,39 @@ class UnknownEnvError(EnvError, ValueError):
 
 class EnvConfigError(EnvError, ValueError):
     """A keyword argument given to an environment is unknown or has a bad value."""
+
+
+# How alike (difflib's ratio) a name and a known one must be for "Did you mean ...?". Typos score
+# 0.85-0.95 (`flapy_bird`, `Acrobat-v1`, `grdi_size`); at difflib's default 0.6, unrelated names
+# got confident advice (`NotAnEnv-v9` -> 'Snake-v0' at 0.53).
+CLOSE_ENOUGH = 0.75
+
+
+def closest_name(word: object, candidates: Iterable[str]) -> str | None:
+    """The known name `word` was probably meant to be, or None when none is close.
+
+    The one rule for every "Did you mean ...?" (env names, env options, config keys, choices):
+    case-insensitive, a difflib ratio of at least CLOSE_ENOUGH, else a known name of 4+ letters
+    that contains the word or is contained in it (`timesteps` -> `total_timesteps`).
+    """
+    text = str(word)[:64].strip().lower()
+    spelled = {}
+    for candidate in candidates:
+        spelled.setdefault(candidate.lower(), candidate)
+    close = difflib.get_close_matches(text, list(spelled), n=1, cutoff=CLOSE_ENOUGH)
+    if close:
+        return spelled[close[0]]
+    if len(text) >= 4:
+        for lowered, candidate in spelled.items():
+            if len(lowered) >= 4 and (text in lowered or lowered in text):
+                return candidate
+    return None
+
+
+def did_you_mean(word: object, candidates: Iterable[str], prefix: str = "") -> str:
+    """' Did you mean 'x'?' for the closest name (with `prefix` before it), else ''."""
+    close = closest_name(word, candidates)
+    return f" Did you mean {prefix + close!r}?" if close else ""
 
 
 def positive_int(name: str, value: object) -> int:
@@ -354,6 +389,10 @@ class VecEnv:
     single_action_space: gymnasium.spaces.Discrete | gymnasium.spaces.Box
     stats: EpisodeStats
     name: str = "env"
+    # The unit of the game score in `stats` ("pipes"): what the studio shows first, with this
+    # word (envs.registry.score_unit reads it). None: the score is the episode return (it is for
+    # a Gymnasium env that reports no info["score"]), so it is shown and labelled as the return.
+    score_unit: str | None = None
     metadata: dict = {"render_fps": 30}
     # False keeps a finished env on its last state until reset() (the single-env Gymnasium
     # wrapper and the play command use it to show the crash); training always auto-resets.

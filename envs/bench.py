@@ -146,7 +146,7 @@ def format_table(measurements: list[Measurement]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m envs.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (Gymnasium baselines always run on the CPU)")
     parser.add_argument("--num-envs", type=int, nargs="+", default=DEFAULT_NUM_ENVS)
     parser.add_argument("--envs", nargs="+", default=NATIVE_ENVS, help="native envs to time")
@@ -181,10 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_table(measurements))
     if args.json:
-        temporary = args.json + ".tmp"
-        with open(temporary, "w") as handle:
-            json.dump([asdict(m) for m in measurements], handle, indent=2)
-        os.replace(temporary, args.json)
+        from trainer.run_dir import atomic_write  # the project's one atomic write
+
+        atomic_write(args.json, json.dumps([asdict(m) for m in measurements], indent=2))
     return 0
 
 

@@ -49,6 +49,7 @@ class CartPoleVecEnv(VecEnv):
     """
 
     name = "cartpole"
+    score_unit = "steps balanced"
     metadata = {"render_fps": 50}
     SCREEN_WIDTH = 600
     SCREEN_HEIGHT = 400

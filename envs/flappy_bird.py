@@ -76,6 +76,7 @@ class FlappyBirdVecEnv(VecEnv):
     """
 
     name = "flappy_bird"
+    score_unit = "pipes"
     metadata = {"render_fps": 30}
 
     def __init__(

@@ -8,13 +8,12 @@ The prefix `gym:` forces that adapter even for a built-in (`gym:CartPole-v1`).
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 
 import torch
 
-from envs.base import EnvConfigError, UnknownEnvError, VecEnv
+from envs.base import EnvConfigError, UnknownEnvError, VecEnv, did_you_mean
 
 GYM_PREFIX = "gym:"
 
@@ -73,9 +72,7 @@ def _is_entry_point(name: str) -> bool:
 
 def _unknown_name_error(name: str) -> UnknownEnvError:
     candidates = list(_NATIVE_ENVS) + sorted(set(_ALIASES) - set(_NATIVE_ENVS)) + _gymnasium_ids()
-    lowered = {candidate.lower(): candidate for candidate in candidates}
-    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
-    hint = f" Did you mean {lowered[close[0]]!r}?" if close else ""
+    hint = did_you_mean(name, candidates)
     return UnknownEnvError(
         f"Unknown environment {name!r}.{hint} Built-in environments: {', '.join(_NATIVE_ENVS)} "
         f"(aliases: CartPole-v1, FlappyBird-v0, FlappyBirdPygame-v0, Snake-v0). Any registered "
@@ -105,6 +102,33 @@ def resolve_env_name(name: str) -> str:
     raise _unknown_name_error(name)
 
 
+def _native_class(canonical: str) -> type[VecEnv]:
+    """The VecEnv class of built-in `canonical` (its module is imported on first use)."""
+    module_name, _, class_name = _NATIVE_ENVS[canonical].partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise EnvConfigError(f"{canonical} is not available yet in this version of envs/") from error
+
+
+def score_unit(name: str) -> str | None:
+    """The unit of env `name`'s game score, as its class declares it (`VecEnv.score_unit`):
+    "pipes" for flappy_bird, "food" for snake, "steps balanced" for cartpole, under any alias or
+    `gym:` spelling (their single-env versions report the same score). None where the score is
+    the episode return: Gymnasium ids, entry points (never imported here), unknown names."""
+    try:
+        resolved = resolve_env_name(name)
+    except UnknownEnvError:
+        return None
+    inner = resolved[len(GYM_PREFIX):] if resolved.startswith(GYM_PREFIX) else resolved
+    canonical = _ALIASES.get(inner.lower())
+    if canonical is None:
+        return None
+    return _native_class(canonical).score_unit
+
+
 def _load_entry_point(entry_point: str):
     module_name, _, attribute = entry_point.partition(":")
     module = importlib.import_module(module_name)
@@ -116,8 +140,7 @@ def _check_env_kwargs(env_class: type, env_kwargs: dict, env_name: str) -> None:
     accepted = [p for p in parameters if p not in ("self", "num_envs", "device", "seed")]
     for key in env_kwargs:
         if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, accepted)
             raise EnvConfigError(
                 f"{env_name} does not take the option {key!r}.{hint} "
                 f"Options it takes: {', '.join(accepted) or '(none)'}"
@@ -196,13 +219,7 @@ def make_vec_env(
         or bool(wrappers)
     )
     if not use_adapter:
-        module_name, _, class_name = _NATIVE_ENVS[resolved].partition(":")
-        try:
-            env_class = getattr(importlib.import_module(module_name), class_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            raise EnvConfigError(f"{resolved} is not available yet in this version of envs/") from error
+        env_class = _native_class(resolved)
         _check_env_kwargs(env_class, env_kwargs, resolved)
         return env_class(num_envs=num_envs, device=device, seed=seed, **env_kwargs)
 

@@ -66,6 +66,7 @@ class SnakeVecEnv(VecEnv):
     """
 
     name = "snake"
+    score_unit = "food"
     metadata = {"render_fps": 10}
 
     def __init__(

@@ -7,6 +7,7 @@ out the page and wires these methods to it. Nothing here builds components.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -15,8 +16,9 @@ from typing import Sequence
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from studio import views
-from studio.charts import CurveSource, diagnostics_figure, reward_figure, system_figure
+from studio import runs_tab, views
+from studio.charts import ChartOptions, CurveSource, diagnostics_figure, reward_figure, system_figure
+from studio.cluster_view import run_nodes_html
 from studio.form import (
     FORM_FIELDS,
     ConfigError,
@@ -29,16 +31,19 @@ from studio.form import (
     yaml_from_config,
 )
 from studio.runs import RunError, RunManager, RunSnapshot, RunState, safe_run_file
+from studio.evaluate import runs_with_models
 from studio.scratch import ScratchFolder, hide_server_paths
 from studio.system import SystemMonitor
-from trainer.config import TrainConfig, config_from_dict, merge_settings
+from trainer.config import TrainConfig, config_from_dict, defaults_source, merge_settings
 from trainer.run_dir import atomic_write, checkpoint_folder, config_path, list_checkpoints, safe_name
 from trainer.safe_yaml import MAX_YAML_BYTES
 
 DEFAULT_ENV = "cartpole"
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
+TABLE_SECONDS = 10.0  # while the Runs tab follows a training run, refresh its table at most this often
 DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
 USER_ERRORS = (FormError, ConfigError, RunError)
+LOG = logging.getLogger("studio")
 
 
 # ----------------------------------------------------------------------------- the studio
@@ -87,9 +92,11 @@ class Studio:
     # ---- showing a run
 
     def render_run(self, run: RunSnapshot | None, overlays: Sequence[RunSnapshot], viewed: dict,
-                   with_log: bool) -> tuple[list, dict]:
-        """Updates for a RunView's outputs; unchanged parts are gr.skip()."""
+                   with_log: bool, chart: ChartOptions | None = None) -> tuple[list, dict]:
+        """Updates for a RunView's outputs; unchanged parts are gr.skip(). `chart`: what the
+        main chart shows (the controls above it)."""
         viewed = dict(viewed or {})
+        chart = chart or ChartOptions()
 
         def changed(part: str, key: object) -> bool:
             return changed_value(viewed, part, key)
@@ -98,7 +105,8 @@ class Studio:
             updates = [views.status_html(None)]
             empty = changed("charts", None)
             updates += [plot_data(reward_figure([])) if empty else gr.skip()]
-            updates += [gr.Image(value=None, label=views.gif_caption(None)) if changed("gif", None) else gr.skip()]
+            updates += ([gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None)
+                        else [gr.skip(), gr.skip()])
             updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
             updates += [plot_data(diagnostics_figure([])) if empty else gr.skip()]
             updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
@@ -106,30 +114,34 @@ class Studio:
             return updates, viewed
 
         sources = [run] + [other for other in overlays if other.run_id != run.run_id]
-        chart_key = tuple((source.run_id, source.update_count, source.status) for source in sources)
-        curves = [CurveSource(source.run_id, source.metrics) for source in sources]
+        chart_key = (chart, *((source.run_id, source.update_count, source.status) for source in sources))
+        curves = [CurveSource(source.run_id, source.metrics, source.env_name) for source in sources]
         # Redrawing plotly charts costs the browser more than anything else on the page: at most
-        # every `chart_seconds` while the run trains, and once more when it ends.
-        due = not run.is_active or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
+        # every `chart_seconds` while a shown run trains, and once more when it ends; at once when
+        # the runs shown change (a new selection, a run ticked to compare).
+        shown_ids = tuple(source.run_id for source in sources)
+        due = (not any(source.is_active for source in sources) or viewed.get("charts_runs") != shown_ids
+               or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds)
         charts_changed = due and changed("charts", chart_key)
         if charts_changed:
-            viewed["charts_at"] = time.time()
+            viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids
         updates: list = [views.status_html(run)]
-        updates.append(plot_data(reward_figure(curves)) if charts_changed else gr.skip())
+        updates.append(plot_data(reward_figure(curves, **chart.kwargs())) if charts_changed else gr.skip())
 
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
         if changed("gif", (run.run_id, gif_path)):
-            updates.append(gr.Image(value=gif_path, label=views.gif_caption(gif if gif_path else None)))
+            updates += [gr.Image(value=gif_path),
+                        views.gif_caption_html(gif if gif_path else None, run.config.get("env_name"))]
         else:
-            updates.append(gr.skip())
+            updates += [gr.skip(), gr.skip()]
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
             log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
             log_changed = log_due and changed("log", views.log_identity(run))
             if log_changed:
                 viewed["log_at"] = time.time()
             updates.append(views.log_html(views.log_text(run)) if log_changed else gr.skip())
-        updates.append(plot_data(diagnostics_figure(curves)) if charts_changed else gr.skip())
+        updates.append(plot_data(diagnostics_figure(curves, x=chart.x)) if charts_changed else gr.skip())
 
         # Each changed file handed to a download button is copied into Gradio's cache: while the
         # run trains, refresh them at most every FILES_SECONDS; at the end, at once.
@@ -147,10 +159,12 @@ class Studio:
                 updates.append(gr.skip())
         return updates, viewed
 
-    def on_tick(self, run_id: str, viewed: dict):
-        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load."""
+    def on_tick(self, run_id: str, viewed: dict, *chart_controls):
+        """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load, nodes.
+        Also what a change of the chart's controls calls: a changed option redraws the charts."""
         run = self._snapshot(run_id)
-        updates, viewed = self.render_run(run, [], viewed, with_log=True)
+        updates, viewed = self.render_run(run, [], viewed, with_log=True,
+                                          chart=ChartOptions.from_controls(*chart_controls))
         active = run is not None and run.is_active
         can_stop = active and run.status != "stopping"
         stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
@@ -158,20 +172,30 @@ class Studio:
         new_sample = bool(samples) and changed_value(viewed, "usage_at", samples[-1].time)
         usage = plot_data(system_figure(samples)) if new_sample else gr.skip()
         timer = gr.skip() if active else gr.Timer(active=False)
-        return (*updates, usage, stop_button, timer, viewed)
+        return (*updates, usage, stop_button, self.nodes_update(run, viewed), timer, viewed)
+
+    def nodes_update(self, run: RunSnapshot | None, viewed: dict):
+        """The cluster panel (world size, one row per node) of a run launched through the elastic
+        launcher, hidden for other runs; with the worker command for the session that started it."""
+        join = viewed.get("worker_join") or {}
+        panel = run_nodes_html(run.run_dir, join.get(run.run_id)) if run is not None else ""
+        if not changed_value(viewed, "nodes", panel):
+            return gr.skip()
+        return gr.HTML(panel, visible=bool(panel))
 
     # ---- the form
 
     def on_env_change(self, env_name: str):
-        """Fill the form from the env's tuned config (configs/<env>.yaml) when the env changes."""
+        """Fill the form from the env's tuned config (configs/<env>.yaml), or from the defaults when
+        it has none, when the env changes; the message says which of the two it was."""
         try:
             config = tuned_config(env_name)
-        except USER_ERRORS:
-            return [gr.skip()] * len(FORM_FIELDS) + [gr.skip()]
+        except USER_ERRORS as error:
+            return [gr.skip()] * len(FORM_FIELDS) + [_message(error)]
         values = form_values(config)
         keep = {"env_name", "device"}
         updates = [gr.skip() if form_field.key in keep else value for form_field, value in zip(FORM_FIELDS, values)]
-        return updates + [f"Filled the form with the tuned settings for **{env_name}**."]
+        return updates + [env_fill_message(env_name)]
 
     def on_start(self, *values):
         """Validate the form and start a run. Returns message, run id, timer, viewed."""
@@ -180,7 +204,26 @@ class Studio:
         except USER_ERRORS as error:
             gr.Warning(str(error).splitlines()[0])
             return _message(error), gr.skip(), gr.skip(), gr.skip()
-        return (f"Started **{state.run_id}**.", state.run_id, gr.Timer(active=True), {})
+        return (f"Started **{state.run_id}**.{self.join_note(state.run_id)}", state.run_id, gr.Timer(active=True),
+                self.join_state(state.run_id))
+
+    def join_note(self, run_id: str) -> str:
+        """For the page that started a run that accepts workers: where it listens and the worker
+        command with the token (said nowhere else: not in the log, the Runs tab or /poll)."""
+        join = self.manager.worker_join(run_id)
+        if join is None:
+            return ""
+        note = (f"\n\nIt accepts workers on `{join.master}`: on each worker machine run\n\n"
+                f"    {join.command}\n\n(the token is shown only on this page).")
+        if join.master.startswith(("127.", "localhost", "[::1]", "::1")):
+            note += (" The master listens on this machine only; start the studio with `--cluster-host ADDRESS` "
+                     "to let other machines join.")
+        return note
+
+    def join_state(self, run_id: str) -> dict:
+        """A fresh `viewed` state that remembers the worker command for this session only."""
+        join = self.manager.worker_join(run_id)
+        return {"worker_join": {run_id: join.command}} if join is not None else {}
 
     def start_run(self, config: TrainConfig) -> RunState:
         """Start a validated config: it must fit this machine (trainer.preflight) before a run
@@ -195,11 +238,26 @@ class Studio:
                            f"{error.strerror or error}. Check that folder's permissions and free space.") from None
 
     def on_stop(self, run_id: str):
+        """Ask the shown run to stop. The badge in the status line says "stopping" until it has;
+        the message box is cleared rather than left saying "Stopping" after the run ended."""
         try:
             self.manager.stop(run_id)
         except RunError as error:
             return _message(error)
-        return f"Stopping **{run_id}**: the trainer saves a checkpoint and the model, then ends."
+        gr.Info(f"Stopping {run_id}: the trainer saves a checkpoint and the model, then ends.")
+        return ""
+
+    def on_load_run_settings(self, run_id: str | None):
+        """The shown run's settings into the form (every field), e.g. to start a variant of it."""
+        run = self._snapshot(run_id)
+        unchanged = [gr.skip()] * len(FORM_FIELDS)
+        if run is None:
+            return unchanged + ["**No run is shown yet:** start one, or open one from the Runs tab."]
+        try:
+            values = form_values(config_from_dict(run.config).to_dict())
+        except USER_ERRORS as error:
+            return unchanged + [_message(f"Run {run.run_id}'s settings do not fit the form: {error}")]
+        return values + [f"The form holds the settings of **{run.run_id}**."]
 
     def on_load_yaml(self, text: str):
         """Pasted YAML -> the form (every field), with a note about keys the studio ignores."""
@@ -237,40 +295,120 @@ class Studio:
 
     # ---- the Runs tab
 
-    def run_choices(self) -> list[str]:
-        return [run.run_id for run in self.manager.list_runs()]
+    def runs_table(self, game: str | None, status: str | None, order: str | None):
+        """The table (filtered by game and status, sorted) and the line saying how many it lists."""
+        rows, note = self._table_rows(game, status, order)
+        return views.runs_table(rows), note
 
-    def on_refresh_runs(self, selected: str | None, compared: list[str] | None):
+    def _table_rows(self, game: str | None, status: str | None, order: str | None,
+                    runs: Sequence[RunSnapshot] | None = None) -> tuple[list[list], str]:
+        runs = self.manager.list_runs() if runs is None else runs
+        shown = runs_tab.table_runs(runs, game, status, order)
+        return views.runs_table_rows(shown), runs_tab.filter_note(len(shown), len(runs))
+
+    def on_refresh_runs(self, selected: str | None, compared: list[str] | None, game: str | None = None,
+                        status: str | None = None, order: str | None = None):
+        """Every run in the runs folder, read again: runs started since (here, by another studio,
+        by the CLI) appear, deleted ones go. Outputs: table, picker, compare, Evaluate's run
+        picker, game filter, filter note."""
         runs = self.manager.list_runs()
         ids = [run.run_id for run in runs]
         selected = selected if selected in ids else (ids[0] if ids else None)
         compared = [run_id for run_id in (compared or []) if run_id in ids]
+        games = runs_tab.game_filter_choices(runs)
+        game = game if game in games else runs_tab.ALL
+        rows, note = self._table_rows(game, status, order, runs)
         return (
-            views.runs_table_rows(runs),
-            gr.Dropdown(choices=ids, value=selected),
-            gr.CheckboxGroup(choices=ids, value=compared),
-            gr.Dropdown(choices=[run.run_id for run in runs if run.final_model or run.latest_checkpoint]),
+            views.runs_table(rows),
+            gr.Dropdown(choices=_run_choices(runs), value=selected),
+            gr.CheckboxGroup(choices=_run_choices(runs), value=compared),
+            gr.Dropdown(choices=runs_with_models(runs)),
+            gr.Dropdown(choices=games, value=game),
+            note,
         )
 
     def on_table_select(self, event: gr.SelectData):
         row = event.row_value or []
         return row[0] if row else gr.skip()
 
-    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict):
+    def _shown_runs(self, run_id: str | None, compared: list[str] | None) -> list[RunSnapshot]:
+        """The selected run first, then the ticked ones (each once): what the charts overlay."""
+        shown: list[RunSnapshot] = []
+        for candidate in [run_id, *(compared or [])]:
+            run = self._snapshot(candidate)
+            if run is not None and all(run.run_id != other.run_id for other in shown):
+                shown.append(run)
+        return shown
+
+    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict,
+                      tab_shown: bool = True, *chart_controls):
+        """The selected run with the ticked runs overlaid (also what a change of the chart's
+        controls calls). Outputs: the run view, the Runs tab's timer (on while the tab shows a run
+        that trains) and what this session has drawn."""
+        updates, viewed, live = self._render_shown(run_id, compared, viewed, chart_controls)
+        return (*updates, gr.Timer(active=tab_shown and live), viewed)
+
+    def _render_shown(self, run_id: str | None, compared: list[str] | None, viewed: dict,
+                      chart_controls: Sequence) -> tuple[list, dict, bool]:
+        """render_run's updates for the shown runs, and whether one of them trains."""
+        shown = self._shown_runs(run_id, compared)
+        updates, viewed = self.render_run(shown[0] if shown else None, shown[1:], viewed, with_log=False,
+                                          chart=ChartOptions.from_controls(*chart_controls))
+        return updates, viewed, any(run.is_active for run in shown)
+
+    def on_runs_tick(self, run_id: str | None, compared: list[str] | None, viewed: dict, tab_shown: bool,
+                     game: str | None, status: str | None, order: str | None, *chart_controls):
+        """Timer tick of the Runs tab: the shown runs' status line, charts and files (unchanged parts
+        skipped), and every TABLE_SECONDS the table (its steps and states move too). The timer
+        switches itself off once no shown run trains, or when the tab is not shown."""
+        if not tab_shown:
+            return (*[gr.skip()] * self._run_view_size(with_log=False), gr.skip(), gr.skip(),
+                    gr.Timer(active=False), viewed)
+        updates, viewed, live = self._render_shown(run_id, compared, viewed, chart_controls)
+        rows = note = gr.skip()
+        if time.time() - viewed.get("table_at", 0.0) >= TABLE_SECONDS:
+            viewed["table_at"] = time.time()
+            table, text = self._table_rows(game, status, order)
+            if changed_value(viewed, "table", (table, text)):
+                rows, note = views.runs_table(table), text
+        return (*updates, rows, note, gr.skip() if live else gr.Timer(active=False), viewed)
+
+    def _run_view_size(self, with_log: bool) -> int:
+        """How many outputs render_run returns (status, charts, GIF and caption, log, files): counted
+        from an empty render, so it follows the run view's parts."""
+        return len(self.render_run(None, [], {}, with_log=with_log)[0])
+
+    def on_compare_change(self, run_id: str | None, compared: list[str] | None):
+        """The note above the config diff (a warning when the games differ) and the diff: only
+        the keys in which the shown runs' configs differ."""
+        shown = self._shown_runs(run_id, compared)
+        headers, rows = runs_tab.config_diff(shown)
+        return (runs_tab.compare_note(shown, len(rows)),
+                gr.Dataframe(value={"headers": headers, "data": rows}, visible=bool(rows)))
+
+    def run_notes_fields(self, run_id: str | None):
+        """The name and notes boxes, filled from the selected run's notes.json."""
         run = self._snapshot(run_id)
-        overlays = [snapshot for snapshot in map(self._snapshot, compared or []) if snapshot is not None]
-        if run is None and overlays:
-            run, overlays = overlays[0], overlays[1:]
-        updates, viewed = self.render_run(run, overlays, viewed, with_log=False)
-        return (*updates, viewed)
+        if run is None:
+            return gr.Textbox(value="", interactive=False), gr.Textbox(value="", interactive=False)
+        return gr.Textbox(value=run.name, interactive=True), gr.Textbox(value=run.notes, interactive=True)
+
+    def on_save_notes(self, run_id: str | None, name: str | None, notes: str | None):
+        try:
+            run = self.manager.annotate(run_id or "", name, notes)
+        except USER_ERRORS as error:
+            return _message(error)
+        if not run.name and not run.notes:
+            return f"Cleared the name and notes of **{run.run_id}**."
+        return f"Saved the name and notes of **{run.run_id}**" + (f" (now *{run.name}*)." if run.name else ".")
 
     def on_resume(self, run_id: str):
         try:
             state = self.manager.resume(run_id)
         except USER_ERRORS as error:
             return _message(error), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return (f"Resumed **{state.run_id}** from its last checkpoint.", state.run_id,
-                gr.Timer(active=True), {}, gr.Tabs(selected="train"))
+        return (f"Resumed **{state.run_id}** from its last checkpoint.{self.join_note(state.run_id)}", state.run_id,
+                gr.Timer(active=True), self.join_state(state.run_id), gr.Tabs(selected="train"))
 
     def on_open(self, run_id: str):
         if not self._snapshot(run_id):
@@ -281,10 +419,15 @@ class Studio:
         return self.on_stop(run_id)
 
     def on_delete_request(self, run_id: str):
+        """First click of Delete: a confirmation, unless the run still trains (the delete would be
+        refused after the confirmation): then the message says to stop it first."""
         run = self._snapshot(run_id)
         if run is None:
             return "**Pick a run first.**", gr.Button(visible=False)
-        return (f"Delete **{run_id}** and all its files? Click *Confirm delete*.",
+        refusal = runs_tab.delete_refusal(run)
+        if refusal:
+            return refusal, gr.Button(visible=False)
+        return (f"Delete **{run.title}** and all its files? Click *Confirm delete*.",
                 gr.Button(f"Confirm delete {run_id}", visible=True))
 
     def on_delete_confirm(self, run_id: str):
@@ -295,6 +438,14 @@ class Studio:
         return f"Deleted **{run_id}**.", gr.Button(visible=False)
 
     # ---- the Evaluate tab
+
+    def on_evaluate_tab(self, current: str | None):
+        """Opening the Evaluate tab: the runs with a model, one of them picked (its final model
+        then preselected by `model_files`), so Evaluate works at once."""
+        from studio.evaluate import preselected_run
+
+        runs = self.manager.list_runs()
+        return gr.Dropdown(choices=runs_with_models(runs), value=preselected_run(runs, current))
 
     def model_files(self, run_id: str | None):
         run = self._snapshot(run_id)
@@ -325,7 +476,8 @@ class Studio:
             text = hide_server_paths(str(error), upload)
             gr.Warning(text.splitlines()[0])
             return _message(text), gr.skip()
-        return result.markdown(), result.gif_path
+        evaluated = f"`{Path(upload).name}` (uploaded)" if source == "upload" else f"`{file_name}` of **{run_id}**"
+        return f"{result.markdown()}\n\nModel file: {evaluated}.", result.gif_path
 
     def _run_model_path(self, run_id: str | None, file_name: str | None) -> str:
         from studio.evaluate import EvaluationError
@@ -340,14 +492,22 @@ class Studio:
 
     # ---- page load
 
+    def on_follow_run(self, picked: str | None, shown: str | None):
+        """After Open / Resume on the Runs tab: the form takes the run the Train tab now shows,
+        and is left alone when the button did not switch to the picked run (e.g. no run picked)."""
+        if not picked or picked != shown:
+            return [gr.skip()] * (len(FORM_FIELDS) + 1)
+        return self.on_load_run_settings(shown)
+
     def on_load(self):
-        """A new tab shows the newest running run (else the newest run), e.g. after a reopen."""
+        """A new tab shows the newest running run (else the newest run), e.g. after a reopen, and
+        the form holds that run's settings, so the two never disagree."""
         runs = self.manager.list_runs()
         active = [run for run in runs if run.is_active]
         shown = active[0] if active else (runs[0] if runs else None)
         if shown is None:
-            return gr.skip(), gr.skip()
-        return shown.run_id, gr.Timer(active=True)
+            return [gr.skip(), gr.skip(), *[gr.skip()] * len(FORM_FIELDS), gr.skip()]
+        return [shown.run_id, gr.Timer(active=True), *self.on_load_run_settings(shown.run_id)]
 
     # ---- API (gradio_client)
 
@@ -359,22 +519,26 @@ class Studio:
             check_web_safety(raw, self.allow_custom_envs)
             state = self.start_run(config_from_dict(raw))
         except USER_ERRORS as error:
-            raise user_error(error) from None
-        return views.run_summary(state.snapshot())
+            raise user_error(error, "/start") from None
+        summary = views.run_summary(state.snapshot())
+        join = self.manager.worker_join(state.run_id)
+        if join is not None:  # only the caller that started it hears the token
+            summary["worker_join"] = {"master": join.master, "token": join.token, "command": join.command}
+        return summary
 
     def api_poll(self, run_id: str) -> dict:
         """The run's status, step, speed, returns, last metrics, log tail and error (if any)."""
         try:
             return views.run_summary(self.manager.get(run_id))
         except RunError as error:
-            raise user_error(error) from None
+            raise user_error(error, "/poll") from None
 
     def api_stop(self, run_id: str) -> dict:
         """Ask the run to stop; it saves the model and ends. Poll until status is 'stopped'."""
         try:
             return views.run_summary(self.manager.stop(run_id).snapshot())
         except RunError as error:
-            raise user_error(error) from None
+            raise user_error(error, "/stop") from None
 
     def api_runs(self) -> list:
         """Every run in the runs folder (newest first): id, env, model, status, steps, returns."""
@@ -387,19 +551,33 @@ class Studio:
         """One of the run's files: kind = model | checkpoint | config | metrics."""
         run = self._snapshot(run_id)
         if run is None:
-            raise user_error(f"There is no run {str(run_id)[:80]!r}.")
+            raise user_error(f"There is no run {str(run_id)[:80]!r}.", "/download")
         if kind not in DOWNLOAD_KINDS:
-            raise user_error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {str(kind)[:40]!r}.")
+            raise user_error(f"kind must be one of {', '.join(DOWNLOAD_KINDS)}, got {str(kind)[:40]!r}.", "/download")
         path = self._run_files(run, write_csv=kind == "metrics")[kind]
         if path is None:
-            raise user_error(f"Run {run_id} has no {kind} file yet.")
+            raise user_error(f"Run {run_id} has no {kind} file yet.", "/download")
         return path
 
 
-def user_error(error: Exception | str) -> gr.Error:
+def env_fill_message(env_name: str) -> str:
+    """What on_env_change filled the form with: the tuned config only where one ships, else which
+    defaults (trainer.config.defaults_source says it for the CLI and the API alike)."""
+    return f"Filled the form with {defaults_source(env_name)}."
+
+
+def _run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:
+    """(label, run id) for the run pickers: a named run shows its name beside its id."""
+    return [(f"{run.name} ({run.run_id})" if run.name else run.run_id, run.run_id) for run in runs]
+
+
+def user_error(error: Exception | str, endpoint: str) -> gr.Error:
     """An API answer for a user's mistake: the message goes to the client, and the server's
-    console prints no traceback for it (it is not a bug)."""
-    return gr.Error(str(error), print_exception=False)
+    console gets one line for it, no traceback (it is not a bug; real bugs keep theirs)."""
+    text = str(error)
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    LOG.warning("studio: API %s refused: %s", endpoint, first[:300])
+    return gr.Error(text, print_exception=False)
 
 
 def merged_settings(base: dict, settings: dict) -> dict:
@@ -420,6 +598,12 @@ def changed_value(viewed: dict, part: str, key: object) -> bool:
         return False
     viewed[part] = key
     return True
+
+
+def charts_due_now(viewed: dict | None) -> dict:
+    """A copy of a session's `viewed` whose next render draws the charts whatever their pace (the
+    user changed what they show)."""
+    return {**(viewed or {}), "charts_at": 0.0}
 
 
 def _file_identity(path: str | None) -> tuple | None:

@@ -1,7 +1,12 @@
 """Plotly figures of training curves and machine usage, as plain plotly-JSON dicts.
 
-Every figure takes one or more `CurveSource`s (a label and that run's `metrics` events), so the
-live view (one run) and the Runs tab (several runs overlaid) draw with the same code.
+Every figure takes one or more `CurveSource`s (a label, that run's `metrics` events and its
+environment), so the live view (one run) and the Runs tab (several runs overlaid) draw with the
+same code. The main chart shows what `ChartOptions` ask for, as TensorBoard and W&B do: the game
+score (in the game's unit, studio/score.py), the return or the episode length; EMA smoothing;
+a log scale; steps or training time on the x-axis. Runs of different games get one subplot each.
+Every trace holds at most a bounded number of points, chosen so that spikes and dips survive
+(`downsample`), so a 20M-step run draws as fast as a short one.
 
 The figures are dicts in plotly's JSON schema (`{"data": [...], "layout": {...}}`) rather than
 `plotly.graph_objects.Figure`s: building a validated Figure with subplots costs ~0.1 s of CPU,
@@ -20,16 +25,24 @@ from typing import Sequence
 
 import numpy as np
 
-MAX_POINTS_PER_CURVE = 1500
+from studio.score import GameScore, game_name, game_score
+
+MAX_POINTS_PER_CURVE = 1500     # per trace of the main chart
+MAX_POINTS_DIAGNOSTIC = 400      # per trace of the small charts (a few hundred pixels wide)
 SMOOTHING_WEIGHT = 0.8
+MAX_SMOOTHING = 0.99
+# What the main chart can show: the game score, the return, the episode length.
+CHART_METRICS = ("score", "return", "length")
+CHART_X_AXES = ("steps", "time")  # time: training seconds (`elapsed`, continuous over resumes)
 PALETTE = (
     "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c",
     "#0891b2", "#ca8a04", "#db2777", "#4b5563", "#65a30d",
 )
-# (metrics key, subplot title) for the small charts under the reward chart.
+# (metrics key, subplot title) for the small charts under the main chart (which shows the score,
+# the return or the length: the length stays here, the one episode measure every env has).
 DIAGNOSTICS = (
     ("episode_length_mean", "Episode length"),
-    ("episode_score_mean", "Game score"),
+    ("explained_variance", "Explained variance"),
     ("policy_loss", "Policy loss"),
     ("value_loss", "Value loss"),
     ("entropy", "Entropy"),
@@ -38,14 +51,46 @@ DIAGNOSTICS = (
     ("clip_fraction", "Clip fraction"),
 )
 DIAGNOSTIC_COLUMNS = 4
+WAITING_TEXT = "Waiting for the first update…"
+# Machine samples further apart than this many times their usual spacing are a gap (nobody was
+# looking): the lines break there instead of drawing a straight line across.
+GAP_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
 class CurveSource:
-    """One run's curves: a label for the legend and its `metrics` events."""
+    """One run's curves: a label for the legend, its `metrics` events and its environment."""
 
     label: str
     metrics: Sequence[dict]
+    env_name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChartOptions:
+    """What the main chart shows; `reward_figure(sources, **options.kwargs())`."""
+
+    metric: str = "score"
+    smoothing: float = SMOOTHING_WEIGHT
+    log: bool = False
+    x: str = "steps"
+
+    @classmethod
+    def from_controls(cls, metric: object = None, smoothing: object = None, log: object = None,
+                      x: object = None) -> "ChartOptions":
+        """From the page's controls; a missing or odd value (an old tab, an API call) is the default."""
+        default = cls()
+        try:
+            weight = min(MAX_SMOOTHING, max(0.0, float(smoothing)))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            weight = default.smoothing
+        return cls(metric=metric if metric in CHART_METRICS else default.metric,
+                   smoothing=weight if math.isfinite(weight) else default.smoothing,
+                   log=bool(log) if log is not None else default.log,
+                   x=x if x in CHART_X_AXES else default.x)
+
+    def kwargs(self) -> dict:
+        return {"metric": self.metric, "smoothing": self.smoothing, "log": self.log, "x": self.x}
 
 
 @dataclass(frozen=True)
@@ -63,7 +108,8 @@ class UsageSample:
 
 
 def smooth(values: Sequence[float], weight: float = SMOOTHING_WEIGHT) -> np.ndarray:
-    """Exponential moving average with TensorBoard's bias correction (no lag at the start)."""
+    """Exponential moving average with TensorBoard's bias correction (no lag at the start);
+    weight 0 returns the values, 0.99 is very smooth."""
     smoothed = np.empty(len(values), dtype=np.float64)
     average, correction = 0.0, 0.0
     for index, value in enumerate(values):
@@ -73,95 +119,180 @@ def smooth(values: Sequence[float], weight: float = SMOOTHING_WEIGHT) -> np.ndar
     return smoothed
 
 
-def metric_series(metrics: Sequence[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and values of `key` over the events where both are finite numbers."""
-    steps, values = [], []
-    for event in metrics:
-        step, value = event.get("step"), event.get(key)
-        if _is_number(step) and _is_number(value):
-            steps.append(float(step))
-            values.append(float(value))
-    return np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
+def metric_series(metrics: Sequence[dict], key: str, x_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """x (`x_key`: step or elapsed) and values of `key` over the events where both are finite numbers."""
+    xs, values = _column(metrics, x_key), _column(metrics, key)
+    finite = np.isfinite(xs) & np.isfinite(values)
+    return xs[finite], values[finite]
 
 
 def downsample(
     steps: np.ndarray, values: np.ndarray, max_points: int = MAX_POINTS_PER_CURVE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """At most `max_points` evenly spread points, always keeping the last one."""
-    if len(steps) <= max_points:
+    """At most `max_points` points that look like all of them: the first and the last, and in each
+    of (max_points - 2) / 2 equal runs of points between them the lowest and the highest, in
+    order (a min/max envelope). A spike or a collapse is never thinned away, as it would be by
+    taking every n-th point. Values must be finite (metric_series gives such)."""
+    count = len(steps)
+    if count <= max_points:
         return steps, values
-    index = np.unique(np.linspace(0, len(steps) - 1, max_points).round().astype(int))
-    return steps[index], values[index]
+    buckets = max(1, (max_points - 2) // 2)
+    inner = np.arange(1, count - 1)
+    bucket = inner * buckets // (count - 1)  # equal runs of consecutive points, 0 .. buckets - 1
+    order = np.lexsort((values[inner], bucket))  # by bucket, then by value
+    ordered = bucket[order]
+    first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # each bucket's lowest ...
+    last = np.r_[first[1:] - 1, len(order) - 1]  # ... and highest
+    keep = np.unique(np.concatenate(([0, count - 1], inner[order[first]], inner[order[last]])))
+    return steps[keep], values[keep]
+
+
+def _column(metrics: Sequence[dict], key: str) -> np.ndarray:
+    """`key` of every event as float64; NaN where it is missing, null or not a number."""
+    column = [event.get(key) for event in metrics]
+    try:
+        return np.array(column, dtype=np.float64)  # None -> NaN
+    except (TypeError, ValueError):  # a string in a hand-edited metrics.jsonl
+        return np.array([value if _is_number(value) else np.nan for value in column], dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- figures
 
 
-def reward_figure(sources: Sequence[CurveSource], height: int = 340) -> dict:
-    """Mean episode return against steps: raw (faint) and smoothed (bold) for each run.
+def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothing: float = SMOOTHING_WEIGHT,
+                  log: bool = False, x: str = "steps", height: int = 340) -> dict:
+    """The main chart: each run's `metric` ("score": the game score in its unit, "return",
+    "length") against steps or training time ("steps" / "time"), raw (faint) and EMA-smoothed
+    with weight `smoothing` (bold; 0 draws the raw curve alone), on a log y-axis if `log`.
 
+    Runs of different games (studio/score.py game_name) are drawn on separate axes, one
+    subplot per game, each labelled in that game's unit: a CartPole curve (hundreds of steps)
+    and a Flappy Bird one (tens of pipes) on one axis would flatten one of them.
     The first trace is always the first run's raw curve, so a page can count its points.
     """
-    data = []
-    overlay = len(sources) > 1
+    if metric not in CHART_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(CHART_METRICS)}, got {metric!r}")
+    if x not in CHART_X_AXES:
+        raise ValueError(f"x must be one of {', '.join(CHART_X_AXES)}, got {x!r}")
+    smoothing = min(MAX_SMOOTHING, max(0.0, float(smoothing)))
+    groups: dict[str, list[int]] = {}  # game -> numbers of its sources, in order of appearance
     for number, source in enumerate(sources):
-        color = PALETTE[number % len(PALETTE)]
-        steps, returns = metric_series(source.metrics, "episode_return_mean")
-        smoothed = smooth(returns)
-        shown_steps, shown_returns = downsample(steps, returns)
-        _, shown_smoothed = downsample(steps, smoothed)
-        name = source.label if overlay else "return"
-        data.append(_line(shown_steps, shown_returns, f"{name} (raw)", color, width=1, opacity=0.35,
-                          legendgroup=name, showlegend=not overlay))
-        data.append(_line(shown_steps, shown_smoothed, name if overlay else "smoothed", color, width=2.5,
-                          legendgroup=name))
-    layout = _base_layout(height, title="Episode return")
-    layout["xaxis"] = {"title": {"text": "steps"}, "tickformat": "~s"}
-    layout["yaxis"] = {"title": {"text": "mean return"}}
+        groups.setdefault(game_name(source.env_name), []).append(number)
+    overlay = len(sources) > 1
+    x_key, x_scale, x_title = _x_axis(sources, x)
+    data: list[dict] = []
+    panels = []  # (game, GameScore of its first run, the panel's y values)
+    for row, (game, numbers) in enumerate(groups.items(), start=1):
+        score = game_score(sources[numbers[0]].env_name)
+        axes = {} if row == 1 else {"xaxis": f"x{row}", "yaxis": f"y{row}"}
+        panel_values: list[np.ndarray] = []
+        for number in numbers:
+            source = sources[number]
+            color = PALETTE[number % len(PALETTE)]
+            key = _metric_key(metric, game_score(source.env_name))
+            xs, values = metric_series(source.metrics, key, x_key)
+            xs = xs / x_scale
+            name = source.label if overlay else _metric_word(metric, score)
+            panel_values.append(values)
+            shown_x, shown_values = downsample(xs, values)
+            if smoothing <= 0:
+                data.append(_line(shown_x, shown_values, name, color, width=2, legendgroup=name, **axes))
+                continue
+            smoothed = smooth(values, smoothing)
+            panel_values.append(smoothed)
+            smooth_x, shown_smoothed = downsample(xs, smoothed)
+            data.append(_line(shown_x, shown_values, f"{name} (raw)", color, width=1, opacity=0.35,
+                              legendgroup=name, showlegend=not overlay, **axes))
+            data.append(_line(smooth_x, shown_smoothed, name if overlay else "smoothed", color, width=2.5,
+                              legendgroup=name, **axes))
+        panels.append((game, score, np.concatenate(panel_values) if panel_values else np.empty(0)))
+
+    if len(panels) == 1:
+        title = _metric_title(metric, panels[0][1])
+    else:  # several games, or none yet
+        title = _metric_title(metric, None) + (" by game" if panels else "")
+    layout = _base_layout(height if len(panels) <= 1 else max(height, 250 * len(panels)), title=title)
     if not any(trace["x"] for trace in data):
-        _add_waiting_note(layout, "Waiting for the first finished episode…")
+        _show_waiting(layout, "Waiting for the first finished episode…")
+        return {"data": data, "layout": layout}
+    gap = 0.12 if len(panels) > 1 else 0.0
+    span = (1.0 - gap * (len(panels) - 1)) / len(panels)
+    for row, (game, score, values) in enumerate(panels, start=1):
+        suffix = "" if row == 1 else str(row)
+        top = 1.0 - (row - 1) * (span + gap)
+        y_axis = {"title": {"text": _axis_title(metric, score)}, "domain": [max(0.0, top - span), top]}
+        linear_note = ""
+        if log and values.size and np.all(values > 0):
+            y_axis["type"] = "log"
+        elif log:
+            linear_note = " · log scale needs values above 0: linear"
+        x_axis = {"anchor": f"y{suffix}"}
+        if row == len(panels):  # the x-axis title once, under the lowest panel
+            x_axis["title"] = {"text": x_title}
+        if x == "steps":
+            x_axis["tickformat"] = "~s"
+        layout[f"xaxis{suffix}"] = x_axis
+        layout[f"yaxis{suffix}"] = y_axis
+        if len(panels) > 1:
+            layout["annotations"].append(_note(f"<b>{game}</b>: {_metric_title(metric, score).lower()}{linear_note}",
+                                               x=0.0, y=top, xanchor="left", yanchor="bottom"))
+        elif linear_note:
+            layout["title"]["text"] += f'<span style="font-size:12px;color:#6b7280">{linear_note}</span>'
+    if len(panels) > 1:
+        layout["margin"] = {"l": 60, "r": 20, "t": 80, "b": 45}
     return {"data": data, "layout": layout}
 
 
-def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460) -> dict:
-    """Small charts of episode length, score, losses, entropy, KL, speed and clip fraction."""
+def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str = "steps") -> dict:
+    """Small charts of episode length, explained variance, losses, entropy, KL, speed and clip fraction."""
+    x_key, x_scale, x_title = _x_axis(sources, x if x in CHART_X_AXES else "steps")
     data = []
     overlay = len(sources) > 1
     for number, source in enumerate(sources):
         color = PALETTE[number % len(PALETTE)]
         for position, (key, _title) in enumerate(DIAGNOSTICS):
-            steps, values = downsample(*metric_series(source.metrics, key))
+            xs, values = metric_series(source.metrics, key, x_key)
+            xs, values = downsample(xs / x_scale, values, MAX_POINTS_DIAGNOSTIC)
             suffix = "" if position == 0 else str(position + 1)
-            data.append(_line(steps, values, source.label, color, width=1.8, legendgroup=source.label,
+            data.append(_line(xs, values, source.label, color, width=1.8, legendgroup=source.label,
                               showlegend=overlay and position == 0, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
     layout = _base_layout(height, margin={"l": 45, "r": 15, "t": 60 if overlay else 40, "b": 35})
-    layout.update(copy.deepcopy(_diagnostics_grid()))
-    layout["showlegend"] = overlay
     if not any(trace["x"] for trace in data):
-        _add_waiting_note(layout, "Waiting for the first update…")
+        _show_waiting(layout, WAITING_TEXT)
+        return {"data": data, "layout": layout}
+    layout.update(copy.deepcopy(_diagnostics_grid()))
+    if x == "time":
+        for name in list(layout):
+            if name.startswith("xaxis"):
+                layout[name].pop("tickformat", None)
+        layout["xaxis"]["title"] = {"text": x_title}  # the first small chart names the unit
+    layout["showlegend"] = overlay
     return {"data": data, "layout": layout}
 
 
 def system_figure(samples: Sequence[UsageSample], height: int = 260) -> dict:
-    """CPU, RAM and (where there is an NVIDIA GPU) GPU load and memory over time, in percent."""
-    times = [dt.datetime.fromtimestamp(sample.time).isoformat(sep=" ", timespec="seconds") for sample in samples]
+    """CPU, RAM and (where there is an NVIDIA GPU) GPU load and memory over time, in percent.
+    A gap in the sampling (nobody had the page open) breaks the lines rather than bridging it."""
+    rows = _with_gaps(list(samples))
+    times = [dt.datetime.fromtimestamp(moment).isoformat(sep=" ", timespec="seconds") for moment, _ in rows]
     series = (
-        ("CPU", [s.cpu_percent for s in samples], "#2563eb"),
-        ("RAM", [s.ram_percent for s in samples], "#16a34a"),
-        ("GPU", [s.gpu_percent for s in samples], "#dc2626"),
-        ("GPU memory", [s.gpu_memory_percent for s in samples], "#ea580c"),
+        ("CPU", "cpu_percent", "#2563eb"),
+        ("RAM", "ram_percent", "#16a34a"),
+        ("GPU", "gpu_percent", "#dc2626"),
+        ("GPU memory", "gpu_memory_percent", "#ea580c"),
     )
-    data = [
-        {"type": "scatter", "mode": "lines", "name": name, "x": times, "y": values,
-         "line": {"color": color, "width": 2}}
-        for name, values, color in series
-        if any(value is not None for value in values)
-    ]
+    data = []
+    for name, attribute, color in series:
+        values = [getattr(sample, attribute) if sample is not None else None for _, sample in rows]
+        if any(value is not None for value in values):
+            data.append({"type": "scatter", "mode": "lines", "name": name, "x": times, "y": values,
+                         "connectgaps": False, "line": {"color": color, "width": 2}})
     layout = _base_layout(height, title="Machine")
+    if not samples:
+        _show_waiting(layout, "Sampling the machine's load…")
+        return {"data": data, "layout": layout}
     layout["yaxis"] = {"range": [0, 100], "ticksuffix": " %"}
     layout["xaxis"] = {"type": "date"}
-    if not samples:
-        _add_waiting_note(layout, "Sampling…")
     return {"data": data, "layout": layout}
 
 
@@ -212,11 +343,67 @@ def _base_layout(height: int, title: str | None = None, margin: dict | None = No
     return layout
 
 
-def _add_waiting_note(layout: dict, text: str) -> None:
-    layout.setdefault("annotations", []).append({
-        "text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
-        "font": {"size": 14, "color": "#6b7280"},
-    })
+def _show_waiting(layout: dict, text: str) -> None:
+    """An empty chart: the note alone, no axes (plotly's empty default is -1..6, or a year of
+    dates on a date axis)."""
+    layout["annotations"] = [_note(text, x=0.5, y=0.5, size=14)]
+    layout["xaxis"] = {"visible": False}
+    layout["yaxis"] = {"visible": False}
+    layout["showlegend"] = False
+
+
+def _note(text: str, x: float, y: float, size: int = 12, **position) -> dict:
+    return {"text": text, "xref": "paper", "yref": "paper", "x": x, "y": y, "showarrow": False,
+            "font": {"size": size, "color": "#6b7280"}, **position}
+
+
+def _x_axis(sources: Sequence[CurveSource], x: str) -> tuple[str, float, str]:
+    """(metrics key, divisor, axis title) of the x-axis: steps, or training time in s, min or h."""
+    if x == "steps":
+        return "step", 1.0, "steps"
+    longest = max((float(event["elapsed"]) for source in sources for event in source.metrics[-1:]
+                   if _is_number(event.get("elapsed"))), default=0.0)
+    if longest >= 2 * 3600:
+        return "elapsed", 3600.0, "training time (h)"
+    if longest >= 2 * 60:
+        return "elapsed", 60.0, "training time (min)"
+    return "elapsed", 1.0, "training time (s)"
+
+
+def _metric_key(metric: str, score: GameScore) -> str:
+    return {"score": score.key, "return": "episode_return_mean", "length": "episode_length_mean"}[metric]
+
+
+def _metric_word(metric: str, score: GameScore) -> str:
+    """The legend name of a single run's curve: "pipes", "return", "length"."""
+    return score.label if metric == "score" else metric
+
+
+def _metric_title(metric: str, score: GameScore | None) -> str:
+    """"Game score (pipes)", "Episode return", "Episode length"; "Game score" for no game in particular."""
+    if metric == "score":
+        return score.title if score is not None else "Game score"
+    return {"return": "Episode return", "length": "Episode length"}[metric]
+
+
+def _axis_title(metric: str, score: GameScore) -> str:
+    if metric == "score" and not score.is_return:
+        return f"{score.unit} per episode"
+    return "mean steps per episode" if metric == "length" else "mean return"
+
+
+def _with_gaps(samples: list[UsageSample]) -> list[tuple[float, UsageSample | None]]:
+    """(time, sample) rows, with a (time, None) row inside every gap in the sampling: longer than
+    GAP_FACTOR times the usual (median) spacing. Plotly breaks a line at a None."""
+    if len(samples) < 3:
+        return [(sample.time, sample) for sample in samples]
+    spacing = float(np.median(np.diff([sample.time for sample in samples])))
+    rows: list[tuple[float, UsageSample | None]] = [(samples[0].time, samples[0])]
+    for before, after in zip(samples, samples[1:]):
+        if spacing > 0 and after.time - before.time > GAP_FACTOR * spacing:
+            rows.append(((before.time + after.time) / 2, None))
+        rows.append((after.time, after))
+    return rows
 
 
 def _is_number(value: object) -> bool:

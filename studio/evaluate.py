@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from trainer.config import CodePermissionError, require_code_permission
 
@@ -33,17 +34,44 @@ class EvaluationSummary:
     score_std: float
     cut_episodes: int
     gif_path: str | None
+    gif_caption: str | None = None   # what the GIF shows of the first episode (trainer/events.py clip_caption)
 
     def markdown(self) -> str:
+        from studio.score import format_number, game_score
+
         mode = "deterministic" if self.deterministic else "sampled actions"
+        score = game_score(self.env_name)  # the game's unit first; the shaped return under it
+        spread = f"{format_number(self.return_mean)} ± {format_number(self.return_std)}"
+        if score.is_return:
+            headline, detail = f"### Return {spread}", "Over"
+        else:
+            headline = f"### {format_number(self.score_mean)} ± {format_number(self.score_std)} {score.unit}"
+            detail = f"Return {spread} over"
         lines = [
-            f"### Return {self.return_mean:.1f} ± {self.return_std:.1f}",
-            f"Score {self.score_mean:.1f} ± {self.score_std:.1f} over **{self.episodes}** episodes "
-            f"of **{self.env_name}** ({mode}); the model was trained for {self.model_step:,} steps.",
+            headline,
+            f"{detail} **{self.episodes}** episodes of **{self.env_name}** ({mode}); the model was trained "
+            f"for {self.model_step:,} steps.",
         ]
         if self.cut_episodes:
             lines.append(f"{self.cut_episodes} episode(s) were cut at the step limit.")
+        if self.gif_path and self.gif_caption:
+            lines.append(f"The GIF, the first episode: {self.gif_caption}.")
         return "\n\n".join(lines)
+
+
+def runs_with_models(runs: Sequence) -> list[str]:
+    """Ids of the runs (newest first, as RunManager.list_runs gives them) that have a model file."""
+    return [run.run_id for run in runs if run.final_model or run.latest_checkpoint]
+
+
+def preselected_run(runs: Sequence, current: str | None = None) -> str | None:
+    """The run the Evaluate tab picks for its visitor: the one already picked while it still has a
+    model, else the newest finished run with a final model, else the newest run with any model."""
+    choices = runs_with_models(runs)
+    if current in choices:
+        return current
+    finished = [run.run_id for run in runs if run.status == "finished" and run.final_model]
+    return (finished or choices or [None])[0]
 
 
 def parse_episodes(value: object) -> int:
@@ -90,5 +118,5 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
         env_name=str(config["env_name"]), model_step=model.global_step, episodes=result.episodes,
         deterministic=deterministic, return_mean=result.return_mean, return_std=result.return_std,
         score_mean=result.score_mean, score_std=result.score_std, cut_episodes=result.cut_episodes,
-        gif_path=str(result.gif_path) if result.gif_path else None,
+        gif_path=str(result.gif_path) if result.gif_path else None, gif_caption=result.gif_caption,
     )

@@ -25,7 +25,6 @@ from trainer.config import (
     declared_keys,
     require_code_permission,
     shipped_config,
-    shipped_config_path,
     to_yaml,
 )
 from trainer.safe_yaml import YamlError, load_yaml_text
@@ -94,7 +93,7 @@ def form_values(config: dict) -> list[Any]:
         if form_field.optional and form_field.kind in ("int", "float") and value is None:
             value = 0
         elif form_field.key == "vector_env":
-            value = VECTOR_ENV_DEFAULT if value is None else ("async" if value is True else "sync" if value is False else value)
+            value = VECTOR_ENV_DEFAULT if value is None else ("pool" if value is True else "sync" if value is False else value)
         elif form_field.kind == "yaml":
             value = "" if not value else yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
         values.append(value)
@@ -104,10 +103,6 @@ def form_values(config: dict) -> list[Any]:
 def tuned_config(env_name: str) -> dict:
     """The tuned config of a built-in env (configs/<env>.yaml), else the defaults for `env_name`."""
     return shipped_config(env_name).to_dict()
-
-
-def has_tuned_config(env_name: str) -> bool:
-    return shipped_config_path(env_name) is not None
 
 
 # ----------------------------------------------------------------------------- form -> config
@@ -199,7 +194,7 @@ def yaml_from_config(config: TrainConfig) -> str:
 
 
 __all__ = [
-    "advanced_groups", "has_tuned_config", "ADVANCED_FIELDS", "BASIC_FIELDS", "FORM_FIELDS", "NOT_IN_FORM", "ConfigError", "FormError",
+    "advanced_groups", "ADVANCED_FIELDS", "BASIC_FIELDS", "FORM_FIELDS", "NOT_IN_FORM", "ConfigError", "FormError",
     "FormField", "check_web_safety", "config_from_yaml_text", "form_values", "raw_config_from_form",
     "tuned_config", "validated_config", "yaml_from_config",
 ]

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from trainer.run_dir import events_path, find_final_model, latest_checkpoint_path, read_config, run_status
+from trainer.run_dir import (NOTES_FILE, RunNotes, events_path, find_final_model, latest_checkpoint_path,
+                             read_config, read_run_notes, run_status)
 
 ACTIVE_STATUSES = ("starting", "running", "stopping")
 RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
@@ -39,6 +40,9 @@ class GifInfo:
     step: int
     episode_return: float | None
     episode_score: float | None
+    steps_shown: int | None = None     # what the GIF shows of its episode (None: a run from before they were
+    episode_steps: int | None = None   # recorded); see the gif event in trainer/events.py
+    episode_ended: bool | None = None
 
 
 @dataclass
@@ -77,10 +81,11 @@ class RunState:
     segment_started_at: float | None = None
     finished_segments_seconds: float = 0.0
     last_event_at: float | None = None
+    notes: RunNotes = field(default_factory=RunNotes)  # notes.json: a person's name and notes for the run
     version: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
-    _KEPT_ON_CLEAR = ("run_id", "run_dir", "config", "managed", "owner_alive", "stopping", "launch_mark", "lock")
+    _KEPT_ON_CLEAR = ("run_id", "run_dir", "config", "managed", "owner_alive", "stopping", "launch_mark", "notes", "lock")
 
     # ---- writing
 
@@ -121,6 +126,10 @@ class RunState:
                 self.version += 1
             if status == "interrupted" and not self.error_message:
                 self.error_message = INTERRUPTED_MESSAGE
+            elif status != "interrupted" and self.error_message == INTERRUPTED_MESSAGE:
+                # Seen before its owner took the folder (a CLI run listed in its first moment),
+                # then it trained after all: not interrupted any more.
+                self.error_message = None
             return status
 
     def begin_segment(self) -> None:
@@ -194,7 +203,10 @@ class RunState:
         if path:
             self.gifs.append(GifInfo(path=path, step=_as_int(event.get("step")) or 0,
                                      episode_return=_as_float(event.get("episode_return")),
-                                     episode_score=_as_float(event.get("episode_score"))))
+                                     episode_score=_as_float(event.get("episode_score")),
+                                     steps_shown=_as_int(event.get("steps_shown")),
+                                     episode_steps=_as_int(event.get("episode_steps")),
+                                     episode_ended=_as_bool(event.get("episode_ended"))))
 
     def _on_model(self, event: dict, event_time: float) -> None:
         self.final_model = _local_path(self.run_dir, event.get("path"))
@@ -238,6 +250,8 @@ class RunState:
                 error_traceback=_tail(self.error_traceback, TRACEBACK_TAIL_LINES),
                 started_at=self.started_at,
                 wall_seconds=self._wall_seconds(),
+                name=self.notes.name,
+                notes=self.notes.notes,
                 version=self.version,
             )
 
@@ -288,7 +302,14 @@ class RunSnapshot:
     error_traceback: str | None
     started_at: float | None
     wall_seconds: float
+    name: str  # "" until a person names the run (notes.json)
+    notes: str
     version: int
+
+    @property
+    def title(self) -> str:
+        """The run's name when it has one, else its id."""
+        return self.name or self.run_id
 
     @property
     def env_name(self) -> str:
@@ -322,10 +343,15 @@ class RunSnapshot:
     @property
     def last_return(self) -> float | None:
         """Mean return over the most recent episodes (the trainer's last-100 mean when given)."""
+        return self.last_value("recent_return_mean", "episode_return_mean")
+
+    def last_value(self, recent_key: str, key: str) -> float | None:
+        """The latest `recent_key` (a last-100-episodes mean), else the latest `key` (that update's
+        mean): e.g. ("recent_score_mean", "episode_score_mean") for the game score."""
         for metric in reversed(self.metrics):
-            value = _as_float(metric.get("recent_return_mean"))
+            value = _as_float(metric.get(recent_key))
             if value is None:
-                value = _as_float(metric.get("episode_return_mean"))
+                value = _as_float(metric.get(key))
             if value is not None:
                 return value
         return None
@@ -347,6 +373,7 @@ class RunFollower:
         self._offset = 0
         self._partial = b""
         self._identity: tuple[int, int] | None = None
+        self._notes_identity: tuple | None = None
 
     def refresh(self, owner_alive: bool) -> RunState:
         state = self.state
@@ -358,10 +385,26 @@ class RunFollower:
             if stat is not None:
                 self._read_new_lines(stat)
             state.settle(owner_alive)
+            self._read_notes()
             if state.final_model is None and not owner_alive:
                 found = find_final_model(state.run_dir)
                 state.final_model = str(found) if found else None
         return state
+
+    def _read_notes(self) -> None:
+        """notes.json again when it changed (one stat a refresh): another tab or studio may have
+        renamed the run."""
+        try:
+            stat = (Path(self.state.run_dir) / NOTES_FILE).stat()
+            identity: tuple | None = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            identity = None
+        if identity != self._notes_identity:
+            self._notes_identity = identity
+            notes = read_run_notes(self.state.run_dir) if identity else RunNotes()
+            if notes != self.state.notes:
+                self.state.notes = notes
+                self.state.version += 1
 
     def _read_new_lines(self, stat) -> None:
         identity = (stat.st_ino, stat.st_dev)
@@ -422,3 +465,7 @@ def _as_float(value: object) -> float | None:
 def _as_int(value: object) -> int | None:
     number = _as_float(value)
     return int(number) if number is not None else None
+
+
+def _as_bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None

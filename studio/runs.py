@@ -6,6 +6,12 @@ or found in the runs folder (an earlier studio, the CLI), is followed the same w
 looked at, and one rule (`trainer.run_dir.run_status`) gives its state. Browser sessions only
 ever read snapshots, so any number of tabs can watch the same run, and closing a tab stops nothing.
 
+A run on several processes (`nproc_per_node`) or one that accepts workers (`max_nodes` > 1) is
+started through the CLI's elastic launcher (trainer.process.run_launched): its process is the
+run's master. One that accepts workers listens on the studio's cluster address (loopback unless
+`python app.py --cluster-host` says otherwise) with a new token, which only `worker_join` tells
+(the page that started the run shows it).
+
 This module does not import gradio or torch: it is the part of the studio a spawned trainer
 process never needs, and it is tested on its own with a fake trainer.
 """
@@ -22,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from studio.history import (  # noqa: F401 - re-exported: the studio's names for a run
@@ -32,6 +39,7 @@ from studio.history import (  # noqa: F401 - re-exported: the studio's names for
     RunSnapshot,
     RunState,
 )
+from trainer.cluster import DEFAULT_PORT, resolve_token
 from trainer.config import CodePermissionError, require_code_permission
 from trainer.run_dir import (
     CONFIG_FILE,
@@ -41,6 +49,7 @@ from trainer.run_dir import (
     live_owner,
     read_config,
     write_config,
+    write_run_notes,
 )
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -125,6 +134,34 @@ def stoppable_trainer(owner: RunOwner) -> bool:
     return "python" in command.lower() and ("trainer" in command or "multiprocessing" in command)
 
 
+# --------------------------------------------------------------------------- several processes
+
+
+@dataclass(frozen=True)
+class WorkerJoin:
+    """How a machine joins a studio run that accepts workers. The token is a secret of the run:
+    the studio hands it only to the page that started (or resumed) the run."""
+
+    master: str  # HOST:PORT the run's rendezvous listens on
+    token: str
+
+    @property
+    def command(self) -> str:
+        return f"python -m trainer worker --master {self.master} --token {self.token}"
+
+
+def launcher_shape(config: dict) -> tuple[int, int]:
+    """(ranks on this machine, most machines) of a run: trainer.launch.ranks_wanted's rule
+    (`nproc_per_node`, else one rank per `gpu_ids` entry) and `max_nodes`."""
+    nproc, gpu_ids = config.get("nproc_per_node") or 1, config.get("gpu_ids")
+    ranks = 1
+    if nproc > 1 or gpu_ids:
+        from trainer.launch import ranks_wanted  # imports torch: only for a run that needs it
+
+        ranks = ranks_wanted(SimpleNamespace(nproc_per_node=nproc, gpu_ids=gpu_ids), None)
+    return ranks, config.get("max_nodes") or 1
+
+
 # --------------------------------------------------------------------------- the manager
 
 
@@ -133,6 +170,7 @@ class _ActiveRun:
     state: RunState
     process: Any
     stop_event: Any
+    join: WorkerJoin | None = None  # a run that accepts workers
 
 
 def _default_target() -> TrainerTarget:
@@ -151,6 +189,8 @@ class RunManager:
         target: TrainerTarget | None = None,
         start_method: str = "spawn",
         allow_custom_envs: bool = False,
+        cluster_host: str = "127.0.0.1",
+        cluster_port: int = DEFAULT_PORT,
     ):
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be at least 1, got {max_concurrent_runs}")
@@ -158,6 +198,8 @@ class RunManager:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         self.max_concurrent_runs = max_concurrent_runs
         self.allow_custom_envs = allow_custom_envs  # may a run folder's config name code (resume)?
+        # Where a run that accepts workers listens: loopback unless the studio's owner opens it.
+        self.cluster_host, self.cluster_port = cluster_host, cluster_port
         self._target = target
         self._context = multiprocessing.get_context(start_method)
         self._lock = threading.RLock()
@@ -181,11 +223,12 @@ class RunManager:
         with self._lock:
             self._check_capacity()
             self._check_disk()  # before the folder exists: a full disk would stop it at its first checkpoint
+            join = self._new_join(config)
             run_dir = create_run_dir(config, self.runs_dir)  # named as the trainer's CLI names them
             write_config(run_dir, config)
             follower = self._followers[run_dir.name] = RunFollower(run_dir.name, run_dir)
             follower.state.config = dict(config)
-            self._launch(follower.state, resume=False)
+            self._launch(follower.state, resume=False, join=join)
             return follower.state
 
     def resume(self, run_id: str) -> RunState:
@@ -213,9 +256,10 @@ class RunManager:
                 raise RunError(str(error)) from None
             # No checkpoint (it died before its first one): the trainer starts it again from step 0.
             self._check_capacity()
+            join = self._new_join(config)
             state = self._followers[run_id].state
             state.config = config
-            self._launch(state, resume=True)
+            self._launch(state, resume=True, join=join)
             return state
 
     def stop(self, run_id: str) -> RunState:
@@ -254,6 +298,21 @@ class RunManager:
                 return delete_old_checkpoints(run_dir)
             except RunOwnedError as error:
                 raise RunError(str(error)) from None
+
+    def annotate(self, run_id: str, name: object, notes: object) -> RunSnapshot:
+        """Give a run a name and notes (notes.json in its folder), also while it trains: the
+        trainer never reads that file. RunError says what is wrong with bad text."""
+        run_dir = self.run_dir(run_id)
+        with self._lock:
+            state = self._refreshed(run_id, run_dir)  # UnknownRunError for a run that is gone
+            try:
+                checked = write_run_notes(run_dir, name, notes)
+            except ValueError as error:
+                raise RunError(str(error)) from None
+            with state.lock:
+                state.notes = checked
+                state.version += 1
+            return state.snapshot()
 
     def delete(self, run_id: str) -> None:
         """Delete a run that is not running, folder and all."""
@@ -313,6 +372,13 @@ class RunManager:
                 except UnknownRunError:  # deleted while we looked
                     continue
         return sorted(snapshots, key=lambda s: (s.started_at or 0.0, s.run_id), reverse=True)
+
+    def worker_join(self, run_id: str) -> WorkerJoin | None:
+        """Master address and token of a run of this studio that accepts workers, while it runs.
+        Only for the page that started or resumed it: never part of a snapshot or the API's runs."""
+        with self._lock:
+            active = self._active.get(run_id)
+            return active.join if active is not None else None
 
     def active_count(self) -> int:
         with self._lock:
@@ -380,15 +446,39 @@ class RunManager:
                 "Stop one or wait for it to finish, then start again."
             )
 
-    def _launch(self, state: RunState, resume: bool) -> None:
-        """Caller holds self._lock. Spawns the trainer process."""
-        target = self._target or _default_target()
+    def _new_join(self, config: dict) -> WorkerJoin | None:
+        """The address and a new token for a run that accepts workers (`max_nodes` > 1); RunError
+        while another of this studio's runs listens there. Caller holds self._lock."""
+        if launcher_shape(config)[1] <= 1:
+            return None
+        master = f"{self.cluster_host}:{self.cluster_port}"
+        taken = [run_id for run_id, active in self._active.items() if active.join and active.join.master == master]
+        if taken:
+            raise RunError(f"Run {taken[0]} already accepts workers on {master}; stop it first, or start the "
+                           "studio with another --cluster-port.")
+        return WorkerJoin(master, resolve_token(None, generate=True))
+
+    def _launch(self, state: RunState, resume: bool, join: WorkerJoin | None = None) -> None:
+        """Caller holds self._lock. Spawns the trainer process: `run_training`, or for several
+        ranks or machines `run_launched` (the elastic launcher, as the CLI's --nproc / master)."""
+        target, options = self._target or _default_target(), {}
+        if join is not None:
+            options = dict(host=self.cluster_host, port=self.cluster_port, token=join.token)
+        elif launcher_shape(state.config)[0] > 1:
+            options = dict(host="127.0.0.1", port=0, token=None)  # one machine: loopback, a free port
+        if self._target is not None:
+            options = {}  # a test's stand-in trainer takes the plain arguments
+        elif options:
+            from trainer.process import run_launched
+
+            target = run_launched
         stop_event = self._context.Event()
         process = self._context.Process(
             target=target,
             args=(dict(state.config), str(state.run_dir), None, stop_event, resume),
+            kwargs=options,
             name=f"trainer-{state.run_id}",
         )
         state.begin_segment()
         process.start()
-        self._active[state.run_id] = _ActiveRun(state=state, process=process, stop_event=stop_event)
+        self._active[state.run_id] = _ActiveRun(state=state, process=process, stop_event=stop_event, join=join)

@@ -1,7 +1,9 @@
 """What the studio writes outside run folders, and what it shows of server paths.
 
 `ScratchFolder`: one temporary folder per studio process (exported YAML, evaluation GIFs), reused
-by every click and removed when the process exits, so no `rl-studio-*` folder piles up in /tmp.
+by every click and removed when the process exits. It is made on the first file asked of it, so a
+studio that exports and evaluates nothing (or is killed, where no exit hook runs) leaves nothing
+in /tmp.
 `hide_server_paths`: messages name an uploaded file by its own name, never by where Gradio put
 it on the server (/tmp/gradio/<sha256>/...).
 """
@@ -12,6 +14,7 @@ import atexit
 import re
 import shutil
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 
@@ -24,10 +27,25 @@ class ScratchFolder:
     """A temporary folder for this studio process; `file(kind, name)` paths inside it."""
 
     def __init__(self, prefix: str = "rl-studio-"):
-        self.path = Path(tempfile.mkdtemp(prefix=prefix))
-        # Removed at interpreter exit, or when the studio object goes away (tests build many).
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), True)
-        atexit.register(self._finalizer)
+        self.prefix = prefix
+        self._path: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._lock = threading.Lock()  # two first clicks at once make one folder
+
+    @property
+    def path(self) -> Path:
+        """The folder, made now if this is the first time it is needed."""
+        with self._lock:
+            if self._path is None:
+                self._path = Path(tempfile.mkdtemp(prefix=self.prefix))
+                # Removed at interpreter exit, or when the studio object goes away (tests build many).
+                self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._path), True)
+                atexit.register(self._finalizer)
+            return self._path
+
+    @property
+    def exists(self) -> bool:
+        return self._path is not None and self._path.is_dir()
 
     def file(self, kind: str, name: str) -> Path:
         """A path for a new file `name` under `kind`/, dropping all but the newest KEEP_FILES there."""
@@ -39,7 +57,8 @@ class ScratchFolder:
         return folder / name
 
     def cleanup(self) -> None:
-        self._finalizer()
+        if self._finalizer is not None:
+            self._finalizer()
 
 
 def hide_server_paths(text: str, *paths: str | Path | None) -> str:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 from studio.runs import GifInfo, RunSnapshot
+from studio.score import format_count, format_number, game_score
 from studio.warnings import log_with_warnings, troubles, warning_banner
+from trainer.events import clip_caption
 from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
 
 METRIC_COLUMNS = (
@@ -23,8 +25,8 @@ METRIC_COLUMNS = (
     "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
     "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate",
 )
-RUNS_TABLE_HEADERS = ["run", "env", "model", "status", "steps", "best return", "last return", "wall time",
-                      "disk (MiB)"]
+RUNS_TABLE_HEADERS = ["run", "name", "env", "model", "status", "steps", "score", "best return", "last return",
+                      "wall time", "disk (MiB)"]
 STATUS_LABELS = {
     "starting": "starting…", "running": "training", "stopping": "stopping… (saving the model)",
     "finished": "finished", "stopped": "stopped", "failed": "failed", "interrupted": "interrupted",
@@ -41,35 +43,38 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def format_number(value: float | None, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}"
-
-
 def status_html(run: RunSnapshot | None) -> str:
     """The status line: state, step / total, speed, elapsed, ETA, a progress bar, and errors."""
     if run is None:
         return (
             '<div class="run-status idle"><span class="badge idle">no run</span>'
-            "Pick a game and a model on the left, then press <b>Start</b>.</div>"
+            "Pick a game and a model in the form, then press <b>Start</b>.</div>"
         )
-    total = f" / {run.total_timesteps:,}" if run.total_timesteps else ""
+    score = game_score(run.config.get("env_name"))
+    total = f" / {_count_html(run.total_timesteps)}" if run.total_timesteps else ""
     facts = [
-        f"step <b>{run.step:,}</b>{total}",
+        f"step <b>{_count_html(run.step)}</b>{total}",
         f"{format_number(run.fps, 0)} steps/s" if run.fps else None,
         f"elapsed {format_duration(run.wall_seconds)}",
         f"ETA {format_duration(run.eta_seconds)}" if run.eta_seconds is not None else None,
-        f"return {format_number(run.last_return)}" if run.last_return is not None else None,
         f"on {html.escape(run.device)}" if run.device else None,
     ]
+    # The game score first, in the game's unit; the shaped return after it (for an env whose
+    # score is the return, the return alone).
+    score_value = run.last_value(score.recent_key, score.key)
+    if score.is_return:
+        headline = f"return <b>{format_number(score_value)}</b>" if score_value is not None else None
+    else:
+        headline = f"<b>{html.escape(score.text(score_value))}</b>" if score_value is not None else None
+        if run.last_return is not None:
+            facts.insert(0, f"return {format_number(run.last_return)}")
     label = STATUS_LABELS.get(run.status, run.status)
     parts = [
         f'<div class="run-status {html.escape(run.status)}">',
         f'<div class="status-row"><span class="badge {html.escape(run.status)}">{html.escape(label)}</span>',
+        f'<span class="run-title">{html.escape(run.name)}</span>' if run.name else "",
         f'<span class="run-name">{html.escape(run.run_id)}</span>',
+        f'<span class="run-score" title="mean of the last 100 episodes">{headline}</span>' if headline else "",
         f'<span class="facts">{" · ".join(fact for fact in facts if fact)}</span></div>',
         f'<div class="progress"><div class="progress-fill" style="width:{run.progress * 100:.1f}%"></div></div>',
     ]
@@ -82,15 +87,28 @@ def status_html(run: RunSnapshot | None) -> str:
     return "".join(parts)
 
 
+def _count_html(count: int) -> str:
+    """A step count at a glance ("2.01M"), the exact number on hover."""
+    return f'<span title="{count:,}">{format_count(count)}</span>'
+
+
+def score_cell(run: RunSnapshot) -> str:
+    """The Runs table's score: "52.3 pipes", "return -985.2", or "–" before the first episode."""
+    score = game_score(run.config.get("env_name"))
+    return score.text(run.last_value(score.recent_key, score.key))
+
+
 def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
     """One row per run, in RUNS_TABLE_HEADERS order."""
     return [
         [
             run.run_id,
+            run.name,
             run.env_name,
             run.model_type,
             run.status,
             run.step,
+            score_cell(run),
             _rounded(run.best_return),
             _rounded(run.last_return),
             format_duration(run.wall_seconds),
@@ -100,19 +118,39 @@ def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
     ]
 
 
+def runs_table(rows: Sequence[list]):
+    """The Runs table's value: `rows` (from runs_table_rows, perhaps filtered or sorted) as a
+    pandas Styler that shows step counts as "2.01M" and returns as "1,020" while the cells keep
+    the exact numbers, so the columns still sort as numbers (gr.Dataframe shows a Styler's text)."""
+    import pandas as pd
+
+    frame = pd.DataFrame([list(row) for row in rows], columns=RUNS_TABLE_HEADERS)
+    return frame.style.format({
+        "steps": format_count,
+        "best return": format_number,
+        "last return": format_number,
+        "disk (MiB)": "{:.2f}".format,
+    }, na_rep="–")
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def gif_caption(gif: GifInfo | None) -> str:
+def gif_caption(gif: GifInfo | None, env_name: str | None = None) -> str:
+    """The line under the rollout GIF (never on it: the game draws its own score there): the step
+    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words,
+    the score in the game's unit (none for a Gymnasium env: its score is the return)."""
     if gif is None:
-        return "Rollout (the first GIF comes after the first updates)"
-    facts = [f"step {gif.step:,}"]
-    if gif.episode_return is not None:
-        facts.append(f"return {format_number(gif.episode_return)}")
-    if gif.episode_score is not None:
-        facts.append(f"score {format_number(gif.episode_score, 0)}")
-    return "Rollout at " + " · ".join(facts)
+        return "Rollout: the first GIF comes right after the first update."
+    score = game_score(env_name)
+    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return,
+                         None if score.is_return else gif.episode_score, score.unit)
+    return f"Rollout at step {gif.step:,}" + (f": {shown}" if shown else "")
+
+
+def gif_caption_html(gif: GifInfo | None, env_name: str | None = None) -> str:
+    return f'<div class="gif-caption">{html.escape(gif_caption(gif, env_name))}</div>'
 
 
 def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
@@ -145,8 +183,10 @@ def log_identity(run: RunSnapshot) -> tuple:
     return (run.run_id, stat.st_size, stat.st_mtime_ns, len(troubles(run)))  # a new warning is a new log line
 
 
-def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> str:
-    """What num_envs, num_steps and mini_batch_size add up to, under the form."""
+def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
+               total_timesteps: object = None) -> str:
+    """What num_envs, num_steps, mini_batch_size and total_timesteps add up to, under the form,
+    with thousands separators (the number boxes show `20000000`)."""
     try:
         envs, steps = int(num_envs), int(num_steps)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -156,11 +196,20 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object) -> 
     try:
         mini = int(mini_batch_size)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return note
+        mini = 0
     if mini > 0 and batch % mini == 0:
         note += f", {batch // mini} minibatches of {mini:,}"
     elif mini > 0:
         note += f" — mini_batch_size {mini:,} does not divide it"
+    try:
+        total = int(total_timesteps)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return note
+    if total > 0 and batch > 0:
+        updates = -(-total // batch)  # whole updates, as trainer/loop.py counts them
+        note += f"  \ntotal_timesteps **{total:,}** = {updates:,} updates"
+        if updates * batch != total:
+            note += f" ({updates * batch:,} steps: whole updates)"
     return note
 
 
@@ -193,6 +242,7 @@ def write_metrics_csv(run: RunSnapshot) -> str:
 def run_summary(run: RunSnapshot) -> dict:
     """The run as plain JSON, for the /poll API."""
     last_metrics = run.metrics[-1] if run.metrics else None
+    score = game_score(run.config.get("env_name"))
     return {
         "run_id": run.run_id,
         "status": run.status,
@@ -207,6 +257,8 @@ def run_summary(run: RunSnapshot) -> dict:
         "eta_seconds": None if run.eta_seconds is None else round(run.eta_seconds, 1),
         "last_return": run.last_return,
         "best_return": run.best_return,
+        "last_score": run.last_value(score.recent_key, score.key),
+        "score_unit": score.unit,  # "pipes"; None: the score is the return
         "updates": run.update_count,
         "last_metrics": last_metrics,
         "latest_gif_step": run.latest_gif.step if run.latest_gif else None,

@@ -91,6 +91,21 @@ def test_bad_input_through_the_api_gives_the_reason(client, studio, env_name, se
     assert sorted(path.name for path in studio.runs_dir.iterdir()) == before, "a run folder was created"
 
 
+def test_the_console_has_one_start_line_and_one_line_per_user_error(client, studio):
+    with pytest.raises(Exception, match="no_such_console_key"):
+        client.predict("cartpole", {"no_such_console_key": 1}, api_name="/start")
+    deadline = time.time() + 10
+    while "no_such_console_key" not in studio.log() and time.time() < deadline:
+        time.sleep(0.2)
+    log = studio.log()
+    assert f"RL Studio is running on {studio.url}/" in log
+    assert "share=True" not in log, "Gradio's public-link advice is not for a studio"
+    lines = log.splitlines()
+    refused = [number for number, line in enumerate(lines) if "no_such_console_key" in line]
+    assert len(refused) == 1 and "API /start refused" in lines[refused[0]], log[-2000:]
+    assert "Traceback" not in "\n".join(lines[refused[0]:refused[0] + 3])
+
+
 @pytest.mark.parametrize("run_id", ["../../etc", "..", "a/b", "/etc/passwd"])
 def test_run_ids_that_leave_the_runs_folder_are_rejected(client, run_id):
     with pytest.raises(Exception, match="run id|no run|valid"):

@@ -113,3 +113,18 @@ def test_unknown_section_names_the_choices(capsys):
         run.parse_args(["--only", "throughput,speed"])
     message = capsys.readouterr().err
     assert "unknown section(s) speed" in message and "ceiling" in message
+
+
+def test_report_keeps_every_figure_when_matplotlib_is_missing(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from benchmarks import report
+
+    monkeypatch.setitem(sys.modules, "benchmarks.plots", None)  # import fails as when not installed
+    results = {"command": "python -m benchmarks", "machine": {"cores": 2},
+               "scaling": [{"num_envs": 16, "steps_per_second": 1234.0}]}
+    written = report.write_report(results, tmp_path)
+
+    assert [path.name for path in written] == ["results.json", "results.md"]
+    assert json.loads((tmp_path / "results.json").read_text()) == results
+    assert "plots skipped" in capsys.readouterr().out

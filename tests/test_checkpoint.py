@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+EVERY_UPDATE = 1e-9  # gif_interval (seconds) shorter than any update: a GIF after each one
+
+
 def tiny_config(**overrides):
     raw = {"env_name": "cartpole", "num_envs": 16, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 2,
            "learning_rate": 1e-3, "total_timesteps": 16 * 16 * 6, "gif_interval": 0, "seed": 3, "device": "cpu",
@@ -176,13 +179,16 @@ def test_rollout_gif_is_written_and_announced(tmp_path):
     from PIL import Image
 
     counter = UpdateCounter()
-    train(tiny_config(gif_interval=2, gif_time_fraction=1.0, gif_max_frames=40), tmp_path / "run", sinks=[counter])
+    train(tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=40), tmp_path / "run",
+          sinks=[counter])
     gifs = [event for event in counter.events if event["type"] == "gif"]
     assert gifs, "no gif event"
     for event in gifs:
         path = Path(event["path"])
         assert path.parent == tmp_path / "run" / "rollouts" and path.name == f"step_{event['step']}.gif"
         assert 1 <= event["frames"] <= 40
+        # CartPole draws every 2nd step; a longer episode is played on to its end (it is short here).
+        assert event["steps_shown"] <= min(2 * event["frames"], event["episode_steps"]) and event["episode_ended"]
         with Image.open(path) as image:
             assert image.format == "GIF"
             # PIL merges identical consecutive frames, adding up their durations.
@@ -197,7 +203,8 @@ def test_rollout_gif_is_written_and_announced(tmp_path):
 def test_gifs_do_not_change_what_is_learned(tmp_path):
     plain = train(tiny_config(total_timesteps=1024), tmp_path / "plain")
     counter = UpdateCounter()
-    with_gifs = train(tiny_config(total_timesteps=1024, gif_interval=1, gif_time_fraction=1.0, gif_max_frames=20),
+    with_gifs = train(tiny_config(total_timesteps=1024, gif_interval=EVERY_UPDATE, gif_time_fraction=1.0,
+                                  gif_max_frames=20),
                       tmp_path / "gifs", sinks=[counter])
     assert sum(event["type"] == "gif" for event in counter.events) == 5   # after each of 4 updates + the final one
     for name, tensor in plain.policy.state_dict().items():
@@ -298,8 +305,8 @@ def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
     from studio.history import RunFollower
 
     counter = UpdateCounter()
-    result = train(tiny_config(gif_interval=3, gif_time_fraction=1.0, gif_max_frames=10), tmp_path / "run",
-                   sinks=[counter])
+    result = train(tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=10),
+                   tmp_path / "run", sinks=[counter])
     events = read_events(tmp_path / "run" / "metrics.jsonl")
     assert [event["type"] for event in events][::len(events) - 1] == ["start", "end"]
     assert events == json.loads(json.dumps(counter.events))  # the file holds every event, as plain JSON
@@ -308,7 +315,8 @@ def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
     assert [m["step"] for m in run.metrics] == [256 * i for i in range(1, 7)]
     assert run.final_model == str(result.final_model) and Path(run.final_model).is_absolute()
     assert run.latest_checkpoint == str(list_checkpoints(tmp_path / "run" / "checkpoints")[-1][1])
-    assert run.gif_count == 3 and Path(run.latest_gif.path).is_file() and run.latest_gif.step == 1536  # 3, 6, end
+    assert run.gif_count == 7 and Path(run.latest_gif.path).is_file() and run.latest_gif.step == 1536  # 1-6, end
+    assert run.latest_gif.episode_ended and run.latest_gif.episode_steps >= run.latest_gif.steps_shown > 0
     assert run.device == "cpu" and run.config["mini_batch_size"] == 64 and run.error_message is None
     config_text = (tmp_path / "run" / "config.yaml").read_text()
     assert "total_timesteps: 1536" in config_text and "mini_batch_size: 64" in config_text
@@ -319,10 +327,12 @@ def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
 
 def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):
     counter = UpdateCounter()
-    train(tiny_config(gif_interval=1, gif_time_fraction=0.05, gif_max_frames=300), tmp_path / "run", sinks=[counter])
+    train(tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=0.05, gif_max_frames=300), tmp_path / "run",
+          sinks=[counter])
     gifs = [event for event in counter.events if event["type"] == "gif"]
-    # Seconds of training cannot pay for a 300-frame GIF at 5%: only the final one is recorded.
-    assert [event["step"] for event in gifs] == [16 * 16 * 6]
+    # The first GIF comes right after the first update; seconds of training cannot pay for more at
+    # 5%, so the rest wait, until the final one after training.
+    assert [event["step"] for event in gifs] == [16 * 16, 16 * 16 * 6]
 
 
 def test_a_run_directory_is_not_trained_into_twice(tmp_path):

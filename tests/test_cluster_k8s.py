@@ -58,6 +58,8 @@ def test_every_command_and_flag_is_accepted(path):
         if document.get("kind") == "PyTorchJob":
             policy = document["spec"]["elasticPolicy"]
             assert policy["rdzvBackend"] == "c10d" and policy["minReplicas"] <= policy["maxReplicas"]
+            for container in containers(document):   # a fixed folder on the volume: a restarted pod
+                assert "--run-dir" in container["command"]   # continues it (test_trainer_distributed.py)
         for container in containers(document):
             check_command(container["command"])
 

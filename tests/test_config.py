@@ -156,11 +156,12 @@ def test_round_trip_through_dict_keeps_every_value():
 
 
 def test_readme_config_reference_is_the_declarations_table():
-    """README.md carries the table generated from the key declarations (python docs/readme/build_readme.py)."""
-    from trainer.config import reference_markdown
+    """README.md carries the tables generated from trainer/config.py (python docs/readme/build_readme.py)."""
+    from trainer.config import reference_markdown, untuned_defaults_markdown
 
-    assert reference_markdown() in (ROOT / "README.md").read_text(), (
-        "the README's config reference is stale: run python docs/readme/build_readme.py")
+    readme = (ROOT / "README.md").read_text()
+    assert reference_markdown() in readme and untuned_defaults_markdown() in readme, (
+        "the README's config reference or untuned defaults are stale: run python docs/readme/build_readme.py")
     assert all(f"`{key}`" in reference_markdown() for key, _, _ in config_reference())
 
 
@@ -173,3 +174,43 @@ def test_overrides_replace_values_derived_in_a_saved_config(tmp_path):
     assert (config.num_envs, config.num_steps, config.batch_size, config.num_minibatches) == (16, 16, 256, 8)
     config = load_config(saved, ["batch_size=64"])
     assert (config.num_steps, config.batch_size, config.num_minibatches) == (8, 64, 2)
+
+
+def test_an_env_without_a_tuned_config_starts_from_the_defaults_of_its_kind_of_actions(tmp_path):
+    from trainer.config import UNTUNED_DEFAULTS, defaults_source, shipped_config
+
+    continuous = UNTUNED_DEFAULTS["continuous"]
+    declared = TrainConfig()
+    assert any(getattr(declared, name) != value for name, value in continuous.items())
+    # Box actions (Pendulum-v1): the same settings from the CLI, a YAML file that leaves them out,
+    # and the Python API / studio form (shipped_config).
+    for config in (load_config(None, ["env_name=Pendulum-v1"]),
+                   load_config(write(tmp_path, "env_id: Pendulum-v1\ntotal_timesteps: 50000\n")),
+                   shipped_config("Pendulum-v1")):
+        assert {name: getattr(config, name) for name in continuous} == continuous
+    assert "continuous" in defaults_source("Pendulum-v1") and "no tuned config" in defaults_source("Pendulum-v1")
+    # What the user gives wins, and a batch_size given replaces the table's num_steps.
+    config = load_config(None, ["env_name=Pendulum-v1", "num_envs=16", "batch_size=2048", "gamma=0.99"])
+    assert (config.num_envs, config.num_steps, config.gamma, config.norm_obs) == (16, 128, 0.99, True)
+    # Discrete actions without a tuned config: exactly the declared defaults, as before.
+    for name in ("Acrobot-v1", "gym:CartPole-v1"):
+        assert load_config(None, [f"env_name={name}"]).to_dict() == config_from_dict({"env_name": name}).to_dict()
+        assert shipped_config(name).to_dict() == config_from_dict({"env_name": name}).to_dict()
+    # A built-in game keeps its tuned file.
+    assert shipped_config("cartpole").to_dict() == load_config(ROOT / "configs" / "cartpole.yaml").to_dict()
+    assert defaults_source("CartPole-v1") == "the tuned config configs/cartpole.yaml"
+
+
+def test_the_api_gives_an_env_object_the_defaults_of_its_actions():
+    import gymnasium
+
+    from trainer import PPO
+    from trainer.config import UNTUNED_DEFAULTS
+
+    continuous = UNTUNED_DEFAULTS["continuous"]
+    with PPO(lambda: gymnasium.make("Pendulum-v1"), device="cpu") as model:
+        assert {name: getattr(model.config, name) for name in continuous} == continuous
+    with PPO("Pendulum-v1", num_envs=2, device="cpu") as model:
+        assert (model.config.num_envs, model.config.norm_reward) == (2, True)
+    with PPO(lambda: gymnasium.make("Acrobot-v1"), device="cpu") as model:
+        assert model.config.num_envs == TrainConfig.num_envs and not model.config.norm_obs

@@ -64,6 +64,7 @@ def test_play_command_runs_headless():
     )
     assert result.returncode == 0, result.stderr
     assert "snake: 20 frames" in result.stdout
+    assert "arrow keys" in result.stdout and "esc" in result.stdout  # the keys are said before play
     result = subprocess.run(
         [sys.executable, "-m", "envs", "play", "cartpole"], cwd=REPO, env=environment, capture_output=True, text=True, timeout=120
     )

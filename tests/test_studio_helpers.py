@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,3 +92,23 @@ def http_status(url: str) -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+@contextmanager
+def studio_page(tmp_path: Path, width: int, height: int, **page_options):
+    """A served studio (runs under `tmp_path`) and a headless-Chromium page on it, loaded."""
+    from playwright.sync_api import sync_playwright
+
+    server = start_studio(tmp_path / "runs", tmp_path / "studio.log")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": width, "height": height}, **page_options)
+                page.goto(server.url, wait_until="load")
+                page.locator("#start").wait_for()
+                yield server, page
+            finally:
+                browser.close()
+    finally:
+        server.stop()

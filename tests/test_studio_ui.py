@@ -92,7 +92,7 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     _, run_id, _, viewed = studio.on_start(*form())
     wait_for(lambda: not studio.manager.get(run_id).is_active)
     first = studio.on_tick(run_id, viewed)
-    status, reward, gif, log, diagnostics, *downloads = first[:5 + len(DOWNLOAD_KINDS)]
+    status, reward, gif, caption, log, diagnostics, *downloads = first[:6 + len(DOWNLOAD_KINDS)]
     viewed = first[-1]
     assert "finished" in status
     assert reward != SKIP and gif != SKIP and diagnostics != SKIP
@@ -101,8 +101,8 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     assert first[-2] != SKIP  # the timer is switched off: the run is over
 
     second = studio.on_tick(run_id, viewed)
-    reward, gif, log, diagnostics, *downloads = second[1:5 + len(DOWNLOAD_KINDS)]
-    assert [reward, gif, log, diagnostics, *downloads] == [SKIP] * (4 + len(DOWNLOAD_KINDS))
+    reward, gif, caption, log, diagnostics, *downloads = second[1:6 + len(DOWNLOAD_KINDS)]
+    assert [reward, gif, caption, log, diagnostics, *downloads] == [SKIP] * (5 + len(DOWNLOAD_KINDS))
 
 
 def test_while_a_run_trains_charts_and_log_are_redrawn_at_most_every_chart_seconds(tmp_path):
@@ -111,7 +111,7 @@ def test_while_a_run_trains_charts_and_log_are_redrawn_at_most_every_chart_secon
     wait_for(lambda: len(studio.manager.get(run_id).metrics) >= 2)
 
     def redrawn(tick) -> tuple[bool, bool]:
-        status, reward, gif, log = tick[:4]
+        status, reward, gif, caption, log = tick[:5]
         return reward != SKIP, log != SKIP
 
     first = studio.on_tick(run_id, viewed)
@@ -139,7 +139,7 @@ def test_files_outside_the_runs_folder_are_never_shown(tmp_path):
     ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     outputs = studio.on_tick("crafted-run", {})
-    gif, downloads = outputs[2], outputs[5:5 + len(DOWNLOAD_KINDS)]
+    gif, downloads = outputs[2], outputs[6:6 + len(DOWNLOAD_KINDS)]
     assert file_of(gif) is None
     assert file_of(downloads[0]) is None and downloads[0].interactive is False
     with pytest.raises(gr.Error):

@@ -95,7 +95,8 @@ def test_overlay_draws_one_pair_of_curves_per_run_with_run_names():
     assert {trace.name for trace in figure.data if trace.showlegend is not False} >= {"run-a", "run-b"}
     diagnostics = Figure(diagnostics_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))]))
     titles = [annotation.text for annotation in diagnostics.layout.annotations]
-    assert {"Episode length", "Game score", "Policy loss", "Value loss", "Entropy", "Approx. KL", "Steps / s"} <= set(titles)
+    assert {"Episode length", "Explained variance", "Policy loss", "Value loss", "Entropy", "Approx. KL",
+            "Steps / s"} <= set(titles)
     assert len(diagnostics.data) == 2 * 8
 
 
@@ -132,7 +133,7 @@ def test_system_monitor_samples_cpu_and_ram_at_most_every_interval():
 def test_status_line_shows_state_step_speed_eta_and_progress(tmp_path):
     run = snapshot_with(tmp_path, metrics_events(25))
     html = views.status_html(run)
-    assert "training" in html and "12,800" in html and "51,200" in html
+    assert "training" in html and "12.8k" in html and "51.2k" in html and 'title="51,200"' in html
     assert "10,000 steps/s" in html
     assert "ETA 0:04" in html  # (51200 - 12800) / 10000 s
     assert 'style="width:25.0%"' in html
@@ -154,14 +155,21 @@ def test_runs_table_row_has_the_columns_people_look_for(tmp_path):
         {"type": "end", "time": 1020.0, "status": "finished", "step": 5120, "final_model": None}])
     (row,) = views.runs_table_rows([run])
     assert dict(zip(views.RUNS_TABLE_HEADERS, row)) == {
-        "run": "cartpole-ppo-small-1", "env": "cartpole", "model": "ppo-small", "status": "finished",
-        "steps": 5120, "best return": 10.0, "last return": 10.0, "wall time": "0:20",
+        "run": "cartpole-ppo-small-1", "name": "", "env": "cartpole", "model": "ppo-small", "status": "finished",
+        "steps": 5120, "score": "10.0 steps balanced", "best return": 10.0, "last return": 10.0, "wall time": "0:20",
         "disk (MiB)": round(run_size_bytes(run.run_dir) / 2**20, 2),  # its numbers: tests/test_retention.py
     }
 
 
 def test_gif_caption_and_durations():
-    assert views.gif_caption(GifInfo("x.gif", 12288, 42.25, 3.0)) == "Rollout at step 12,288 · return 42.2 · score 3"
+    # A GIF event from before the trainer said what the GIF shows: score and return only.
+    assert views.gif_caption(GifInfo("x.gif", 12288, 42.25, 3.0), "snake") == "Rollout at step 12,288: 3 food · return 42.2"
+    cut = GifInfo("x.gif", 12288, 1291.5, 31.0, steps_shown=300, episode_steps=2140, episode_ended=True)
+    assert (views.gif_caption(cut, "flappy_bird")
+            == "Rollout at step 12,288: first 300 of 2,140 steps · 31 pipes · return 1,291.5")
+    # A Gymnasium env: its score is the return, said once.
+    assert views.gif_caption(cut, "Pendulum-v1") == "Rollout at step 12,288: first 300 of 2,140 steps · return 1,291.5"
+    assert "first 300 of 2,140 steps" in views.gif_caption_html(cut) and "<script" not in views.gif_caption_html(cut)
     assert views.format_duration(3725) == "1:02:05" and views.format_duration(7.4) == "0:07"
 
 
@@ -200,6 +208,12 @@ def test_form_round_trips_a_config():
     values = form_values(config)
     again = validated_config(values, allow_custom_envs=False).to_dict()
     assert again == config
+
+
+def test_the_guides_vector_env_true_shows_as_the_pool_it_means():
+    config = config_from_dict({"env_name": "CartPole-v1", "vector_env": True, "num_workers": 8}).to_dict()
+    shown = dict(zip((form_field.key for form_field in FORM_FIELDS), form_values(config)))
+    assert shown["vector_env"] == "pool"
 
 
 def test_bad_form_values_give_messages_that_name_the_key():

@@ -60,6 +60,16 @@ def test_no_arguments_prints_usage():
     assert completed.returncode == 2 and "--config" in completed.stderr
 
 
+def test_help_lists_every_command():
+    completed = run_cli("--help")
+    assert completed.returncode == 0
+    for command in ("evaluate", "export", "serve", "master", "worker"):
+        assert f"python -m trainer {command}" in completed.stdout, command
+    benchmark_help = subprocess.run([sys.executable, "-m", "envs.bench", "--help"], cwd=ROOT, capture_output=True,
+                                    text=True, timeout=120)
+    assert benchmark_help.stdout.startswith("usage: python -m envs.bench")
+
+
 def test_resume_of_a_missing_run_is_an_error(tmp_path):
     completed = run_cli("--resume", str(tmp_path / "nope"))
     assert completed.returncode == 2 and "no such run directory" in completed.stderr

@@ -16,17 +16,25 @@ beside the log lines; piped to a file, only the log lines are printed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SUBCOMMANDS = """other commands (each has its own --help):
+  python -m trainer evaluate MODEL.pth   play a trained model; mean and std of return and score
+  python -m trainer export RUN_DIR       write the policy as ONNX (--onnx agent.onnx)
+  python -m trainer serve RUN_DIR        serve the policy over HTTP (FastAPI)
+  python -m trainer master --config F    host an elastic cluster run (docs/readme/cluster.md)
+  python -m trainer worker --master H:P  join a cluster run"""
 
 
 def build_train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
-        description="Train a PPO / A2C agent from a YAML config. "
-                    "(`python -m trainer evaluate MODEL.pth` plays a trained model.)")
+        description="Train a PPO / A2C agent from a YAML config.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=SUBCOMMANDS)
     parser.add_argument("--config", "-c", help="YAML config file, e.g. configs/cartpole.yaml (a shipped config "
                                               "also by its bare name from any folder: cartpole.yaml)")
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -166,7 +174,7 @@ def train_command(argv: list[str]) -> int:
 
     if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():
         return launch_here(config, args, ranks_wanted(config, args.nproc))
-    from trainer.distributed import setup_distributed, shutdown_distributed
+    from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.loop import ResumeError, train
     from trainer.run_dir import RunOwnedError, create_run_dir
     from trainer.setup import device_type
@@ -205,7 +213,10 @@ def train_command(argv: list[str]) -> int:
     stop = StopRequest()
     stop.install_signals()
     try:
-        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=bool(args.resume), preflight=False)
+        # torchrun / a restarted PyTorchJob pod reruns the same command: continue the run (distributed.py).
+        resume = bool(args.resume) or (bool(args.run_dir) and "TORCHELASTIC_RUN_ID" in os.environ
+                                       and continues_its_run(context, run_dir, config))
+        result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=resume, preflight=False)
     except (ConfigError, ResumeError, RunOwnedError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

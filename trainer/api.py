@@ -8,7 +8,8 @@
     action, _ = model.predict(obs, deterministic=True)
 
 Keyword arguments are the YAML keys (`trainer/config.py`, validated there); a built-in game
-starts from its tuned `configs/<game>.yaml`, as in the studio. `env` is a name (built-in,
+starts from its tuned `configs/<game>.yaml`, as in the studio, any other env from the defaults
+for its kind of actions (`trainer.config.untuned_defaults`). `env` is a name (built-in,
 Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (vectorised as
 `vector_env` / `num_workers` say: in this process by default, the shared-memory worker pool
 with `num_workers` > 1, for which the callable is sent to the workers with cloudpickle), or a
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
 from trainer.config import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
-                            require_code_permission, shipped_config)
+                            require_code_permission, shipped_config, untuned_defaults)
 from trainer.events import EventBus, LogSink, ProgressBarSink
 from trainer.loop import TrainingSession, open_run_dir, report_failure
 from trainer.resume import checkpoint_payload, restore
@@ -53,8 +54,9 @@ class PPO:
         if isinstance(env, str):
             config = shipped_config(env, settings)
         else:
-            label, make_factory, fixed = _wrap_env(env)
-            config = config_from_dict(merge_settings({"env_name": label, **fixed}, _check_fixed(settings, fixed)))
+            label, make_factory, fixed, action_space = _wrap_env(env)
+            base = merge_settings(untuned_defaults(action_space), {"env_name": label, **fixed})
+            config = config_from_dict(merge_settings(base, _check_fixed(settings, fixed)))
             env_factory = make_factory(config)
         self.config: TrainConfig = config
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
@@ -224,15 +226,16 @@ class A2C(PPO):
 # Envs
 
 
-def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict]:
+def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict, Any]:
     """(config env_name label, config -> env factory (num_envs, device, seed) -> VecEnv, keys
-    the env fixes). A Gymnasium env factory is vectorised as the config says (`vector_env`,
-    `num_workers`: the worker pool when num_workers > 1, as for an env given by name)."""
+    the env fixes, its single action space). A Gymnasium env factory is vectorised as the config
+    says (`vector_env`, `num_workers`: the worker pool when num_workers > 1, as for an env given
+    by name)."""
     if _is_vec_env(env):
         def reuse(num_envs, device, seed):
             return env
         return _label(getattr(env, "name", None), type(env)), lambda config: reuse, {
-            "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}
+            "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}, env.single_action_space
     if callable(env):
         from envs.registry import make_gymnasium_vec_env
 
@@ -244,9 +247,10 @@ def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict]:
         probe = env()
         try:
             spec_id = getattr(getattr(probe, "spec", None), "id", None)
+            action_space = probe.action_space
         finally:
             probe.close()
-        return _label(spec_id, env), make_factory, {}
+        return _label(spec_id, env), make_factory, {}, action_space
     raise ConfigError(f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
                       f"gymnasium.Env, or a VecEnv; got {type(env).__name__}")
 

@@ -7,7 +7,6 @@ the value and the rule. A check also says how the studio shows the key (`kind`, 
 """
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,6 +15,13 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+def _did_you_mean(word: object, candidates, prefix: str = "") -> str:
+    """The one "Did you mean ...?" rule (envs.base.closest_name), imported when a value is refused."""
+    from envs.base import did_you_mean
+
+    return did_you_mean(word, candidates, prefix)
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
@@ -127,8 +133,7 @@ class Choice(Check):
         return self.refuse(key, value)
 
     def refuse(self, key: str, value: Any) -> str:
-        close = difflib.get_close_matches(str(value)[:64].lower(), self.choices, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = _did_you_mean(value, self.choices)
         raise ConfigError(f"{key} must be one of {', '.join(self.choices)}, got {short_repr(value)}.{hint}")
 
 
@@ -153,8 +158,7 @@ class ModelType(Choice):
                 f"model_type {short_repr(value)} looks like a language model; language models are not policies "
                 f"here. The policy is a small network trained from scratch on the game's observations. "
                 f"model_type must be one of: {listing}")
-        close = difflib.get_close_matches(str(value)[:64].lower(), self.choices, n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = _did_you_mean(value, self.choices)
         raise ConfigError(f"unknown model_type {short_repr(value)}.{hint} model_type must be one of: {listing}")
 
 

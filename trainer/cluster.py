@@ -183,6 +183,30 @@ def local_address(master_host: str, master_port: int) -> str:
         return socket.gethostname()
 
 
+def interface_of(address: str) -> str | None:
+    """The name of this machine's network interface that holds `address` (None if none does)."""
+    import psutil
+
+    bare = address.split("%")[0]
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(item.address.split("%")[0] == bare for item in addresses):
+            return name
+    return None
+
+
+def pin_collectives_to(address: str) -> str | None:
+    """Make gloo (and nccl's bootstrap) use the interface that reaches the master. By default gloo
+    takes the address the host name resolves to, often 127.0.1.1 (Debian's /etc/hosts) or a
+    container's own: the ranks then advertise an address the other machines cannot reach, and
+    every formation fails with "connectFullMesh ... Connection refused". A GLOO_SOCKET_IFNAME /
+    NCCL_SOCKET_IFNAME the user set wins. Returns the interface chosen (None: left alone)."""
+    interface = interface_of(address)
+    if interface is not None:
+        for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            os.environ.setdefault(variable, interface)
+    return interface
+
+
 # ---------------------------------------------------------------------------------------------
 # Every agent's rendezvous: token first, then c10d
 

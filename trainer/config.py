@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
-                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, short_repr)
+                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, _did_you_mean, short_repr)
 from trainer.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
 from trainer.permissions import (CodePermissionError, code_entry_points,  # noqa: F401 (re-exported)
                                  require_code_permission)
@@ -48,8 +48,8 @@ CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"  # the shipped,
 # in this order. A key without a group is not in the form and says why (`studio_note`).
 BASIC = "basic"
 STUDIO_GROUPS = (BASIC, "Rollout and optimiser", "PPO", "Normalisation and prioritised minibatches",
-                 "Environment options", "Checkpoints, GIFs and logs")
-ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, OUTPUTS = STUDIO_GROUPS[1:]
+                 "Environment options", "Processes and cluster", "Checkpoints, GIFs and logs")
+ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, CLUSTER, OUTPUTS = STUDIO_GROUPS[1:]
 
 
 def key(default: Any, help: str, check: Check, group: str | None = None, studio_note: str | None = None,
@@ -167,31 +167,30 @@ class TrainConfig:
                              Integer(minimum=0, maximum=1024), OUTPUTS)
     backend: str = key("auto", "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), "
                        "`gloo`, `nccl`.", Choice(choices=DISTRIBUTED_BACKENDS),
-                       studio_note="only used by distributed (torchrun) runs, which the studio does not launch")
+                       studio_note="the studio's ranks use `auto`: gloo on CPU, nccl on CUDA")
     gpu_ids: list | None = key(None, "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses "
                                "`gpu_ids[i]`.", DeviceIds(),
                                studio_note="only used by distributed (torchrun) runs; pick the GPU with `device`")
     nproc_per_node: int = key(1, "Training processes (ranks) on this machine, started by torch's elastic launcher "
                               "(`--nproc`); with `gpu_ids`, one rank per listed GPU on nccl, else gloo on CPU.",
-                              Integer(maximum=1024), ROLLOUT)
+                              Integer(maximum=1024), CLUSTER)
     min_nodes: int = key(1, "Elastic cluster: train once this many machines (master included) have joined "
-                         "(torchrun's `--nnodes MIN:MAX`).", Integer(maximum=10_000),
-                         studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+                         "(torchrun's `--nnodes MIN:MAX`).", Integer(maximum=10_000), CLUSTER)
     max_nodes: int = key(1, "Elastic cluster: admit up to this many machines; a machine that joins mid-run is "
-                         "admitted at the next re-formation.", Integer(maximum=10_000),
-                         studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+                         "admitted at the next re-formation.", Integer(maximum=10_000), CLUSTER)
     max_restarts: int = key(3, "Elastic runs: how often the ranks may be re-formed after a failure (a lost "
                             "process or machine) before the run fails; each restart resumes from the last "
-                            "checkpoint.", Integer(minimum=0, maximum=10_000),
-                            studio_note="a cluster setting: `python -m trainer master` reads it (docs/readme/cluster.md)")
+                            "checkpoint.", Integer(minimum=0, maximum=10_000), CLUSTER)
     # --- what it writes --------------------------------------------------------------------
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={
         "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.", "section": CheckpointConfig})
-    gif_interval: int = key(50, "Record a rollout GIF every this many updates, and one at the end (0: never).",
-                            Integer(minimum=0, maximum=10**9), OUTPUTS)
-    gif_max_frames: int = key(300, "Longest GIF, in frames (the episode is cut).", Integer(maximum=100_000), OUTPUTS)
-    gif_time_fraction: float = key(0.05, "Skip a scheduled GIF when GIFs would take more than this fraction of the "
-                                   "training time (1: never skip).", Real(0.0, 1.0), OUTPUTS)
+    gif_interval: float = key(20.0, "Seconds between rollout GIFs: the first right after the first update, then "
+                              "one every this many seconds while gif_time_fraction allows, and one at the end "
+                              "(0: never).", Real(0.0, 1e9), OUTPUTS)
+    gif_max_frames: int = key(300, "Longest GIF, in frames (a longer episode is played on, undrawn, to learn how it "
+                              "ends; the caption says what was cut).", Integer(maximum=100_000), OUTPUTS)
+    gif_time_fraction: float = key(0.05, "A GIF waits while GIFs would take more than this fraction of the training "
+                                   "time (1: never waits).", Real(0.0, 1.0), OUTPUTS)
     log_interval: int = key(10, "Write a `[STEP n] ...` log line every this many updates (metrics events go out "
                             "every update).", Integer(maximum=10**9), OUTPUTS)
     warn_falling_updates: int = key(10, "Warn (studio banner, log line, the `RLStudioReturnFalling` alert) when the "
@@ -251,9 +250,12 @@ def config_reference() -> list[tuple[str, Any, str]]:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML file (or start from the defaults when `path` is None), apply `key=value`
-    overrides (dotted keys reach into `checkpoint`), validate, and return a complete config."""
+    overrides (dotted keys reach into `checkpoint`), validate, and return a complete config.
+    Keys neither gives take the env's action-space defaults (`untuned_defaults`), then the
+    declared ones."""
     raw = read_yaml_mapping(path) if path is not None else {}
-    return config_from_dict(merge_settings(raw, dict(parse_override(text) for text in overrides or [])))
+    settings = merge_settings(raw, dict(parse_override(text) for text in overrides or []))
+    return config_from_dict(with_untuned_defaults(settings))
 
 
 # A value given on top of a config drops these keys from it: they were derived from the old value
@@ -349,10 +351,97 @@ def shipped_config_path(env_name: str) -> Path | None:
 
 
 def shipped_config(env_name: str, settings: dict | None = None) -> TrainConfig:
-    """The tuned config of a built-in game (or the defaults) for `env_name`, `settings` on top."""
+    """The tuned config of a built-in game, else the defaults for the env's kind of actions
+    (`untuned_defaults`), for `env_name`, `settings` on top."""
     path = shipped_config_path(env_name)
-    base = read_yaml_mapping(path) if path is not None else {}
-    return config_from_dict(merge_settings(base, {"env_name": env_name, **(settings or {})}))
+    settings = merge_settings({"env_name": env_name}, settings or {})
+    if path is None:
+        return config_from_dict(with_untuned_defaults(settings))
+    return config_from_dict(merge_settings(read_yaml_mapping(path), settings))
+
+
+def defaults_source(env_name: str) -> str:
+    """Where `shipped_config(env_name)` takes its settings from, in words for a person: the
+    tuned file, or which defaults (the studio says it when the env changes)."""
+    path = shipped_config_path(env_name)
+    if path is not None:
+        return f"the tuned config configs/{path.name}"
+    kind = action_kind_of_env(env_name)
+    which = f"the defaults for {ACTION_KINDS[kind]}" if kind else "the defaults"
+    return f"{which} (no tuned config for {env_name})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults for an env without a tuned config, by its kind of actions: the one rule, read by
+# `load_config` (the CLI), `shipped_config` (the Python API, the studio's form and API) and the
+# API's env objects. A key a table leaves out keeps its declared default.
+
+ACTION_KINDS = {"discrete": "discrete actions", "continuous": "continuous (Box) actions"}
+UNTUNED_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The declared defaults: they learn CartPole and Acrobot through Gymnasium.
+    "discrete": {},
+    # The RL Zoo's tuned PPO for Pendulum-v1 (rl-baselines3-zoo hyperparams/ppo.yml, without
+    # gSDE), which also fit other small control tasks: few envs with long rollouts, many
+    # epochs, no entropy bonus (the Gaussian's state-independent log-std is learned),
+    # normalised observations and rewards. gamma 0.9 is short-sighted on purpose: torques pay
+    # off within a few steps; long-horizon tasks (locomotion) want 0.99.
+    "continuous": {"num_envs": 4, "num_steps": 1024, "update_epochs": 10, "learning_rate": 1e-3, "gamma": 0.9,
+                   "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.0, "norm_obs": True, "norm_reward": True},
+}
+
+
+def untuned_defaults(env: Any) -> dict[str, Any]:
+    """The settings an env without a tuned config starts from: `UNTUNED_DEFAULTS` for its kind of
+    actions ({} when that is unknown). `env`: an env name, or the env's single action space."""
+    kind = action_kind_of_env(env) if isinstance(env, str) else action_kind(env)
+    return dict(UNTUNED_DEFAULTS.get(kind or "", {}))
+
+
+def with_untuned_defaults(settings: dict) -> dict:
+    """`settings` over the untuned defaults of the env they name (the declared `env_name` default
+    when they name none). A config that gives every such key already is returned as it is,
+    without looking at the env (a run's config.yaml, a checkpoint's)."""
+    given = {KEY_ALIASES.get(str(name), str(name)) for name in settings}
+    if "batch_size" in given:
+        given.add("num_steps")
+    if all(name in given for table in UNTUNED_DEFAULTS.values() for name in table):
+        return settings
+    env_name = next((value for name, value in settings.items() if KEY_ALIASES.get(str(name), name) == "env_name"),
+                    TrainConfig.env_name)
+    return merge_settings(untuned_defaults(env_name), settings)
+
+
+def action_kind(action_space: Any) -> str | None:
+    """"discrete" (a gymnasium Discrete), "continuous" (a Box), None for anything else."""
+    return {"Discrete": "discrete", "Box": "continuous"}.get(type(action_space).__name__)
+
+
+@functools.lru_cache(maxsize=64)
+def action_kind_of_env(env_name: Any) -> str | None:
+    """The kind of actions of a built-in game or a registered Gymnasium id, found by building one
+    copy (cached). None for an entry point (`module:Class`: importing it needs the user's
+    permission, which is checked later) and for a name or env that does not build (the error is
+    reported when the run builds it)."""
+    from envs import make_vec_env, resolve_env_name
+    from envs.base import EnvError
+    from envs.registry import GYM_PREFIX
+
+    if not isinstance(env_name, str):
+        return None
+    try:
+        resolved = resolve_env_name(env_name)
+    except EnvError:
+        return None
+    if ":" in resolved.removeprefix(GYM_PREFIX):
+        return None
+    try:
+        env = make_vec_env(resolved, 1, "cpu", seed=0)
+    except Exception:  # noqa: BLE001 - a missing extra (box2d, ale) or a broken env: no defaults, the run says why
+        return None
+    try:
+        return action_kind(env.single_action_space)
+    finally:
+        env.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,10 +510,7 @@ def _section(cls: type, value: Any, name: str, problems: list[str]) -> Any:
 
 def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
     candidates = valid + ([] if prefix else list(KEY_ALIASES))
-    close = difflib.get_close_matches(name[:64], candidates, n=1, cutoff=0.6)
-    if not close and len(name) >= 4:  # `lr_rate` -> learning_rate? no; `timesteps` -> total_timesteps: yes
-        close = [c for c in candidates if name.lower()[:64] in c or c in name.lower()[:64]][:1]
-    hint = f" Did you mean {prefix + close[0]!r}?" if close else ""
+    hint = _did_you_mean(name, candidates, prefix)  # `timesteps` -> total_timesteps; `lr_rate` -> nothing
     if prefix:
         return (f"unknown key {short_repr(prefix + name)}.{hint} The {prefix.rstrip('.')} section takes: "
                 f"{', '.join(valid)}")
@@ -465,16 +551,26 @@ def reference_markdown() -> str:
     """The config reference as a Markdown table (key, default, meaning), for the README.
 
     `python -c "from trainer.config import reference_markdown; print(reference_markdown())"`"""
-    def show(value: Any) -> str:
-        if value is None:
-            return "`null`"
-        if isinstance(value, bool):
-            return f"`{str(value).lower()}`"
-        if isinstance(value, int) and value >= 10_000:
-            return f"`{value:_}`"
-        return f"`{value}`"
-
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key, default, meaning in config_reference():
-        lines.append(f"| `{key}` | {show(default)} | {meaning.replace('|', '/')} |")
+        lines.append(f"| `{key}` | {_markdown_value(default)} | {meaning.replace('|', '/')} |")
     return "\n".join(lines)
+
+
+def untuned_defaults_markdown() -> str:
+    """`UNTUNED_DEFAULTS` as a Markdown table (kind of actions, settings), for the README."""
+    lines = ["| actions | settings (every other key: its declared default) |", "|---|---|"]
+    for kind, table in UNTUNED_DEFAULTS.items():
+        settings = ", ".join(f"`{name}` {_markdown_value(value)}" for name, value in table.items())
+        lines.append(f"| {ACTION_KINDS[kind]} | {settings or 'the declared defaults'} |")
+    return "\n".join(lines)
+
+
+def _markdown_value(value: Any) -> str:
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, int) and value >= 10_000:
+        return f"`{value:_}`"
+    return f"`{value}`"

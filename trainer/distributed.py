@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -159,6 +160,18 @@ def _writer_rank(rank: int, world_size: int, local_rank: int, device_type: str) 
     dist.all_reduce(candidate, op=dist.ReduceOp.MIN)
     found = int(candidate.item())
     return found if found < world_size else 0
+
+
+def continues_its_run(context: DistributedContext | None, run_dir: Path, config) -> bool:
+    """Under an elastic launcher a rank that finds its run folder already holding the run is an
+    elastic restart, a re-formation or a restarted pod (a PyTorchJob reruns the same command):
+    it continues the run instead of refusing the folder. The writer looks at its disk and tells
+    the others (ranks on other machines may have no copy of the folder)."""
+    from trainer.loop import holds_a_run
+
+    if context is None:
+        return holds_a_run(run_dir, config)
+    return bool(context.broadcast_object(holds_a_run(run_dir, config) if context.is_main else None))
 
 
 def shutdown_distributed() -> None:

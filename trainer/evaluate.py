@@ -28,6 +28,7 @@ class EvaluationResult:
     lengths: list[int] = field(default_factory=list)
     cut_episodes: int = 0          # episodes stopped at max_episode_steps
     gif_path: Path | None = None
+    gif_caption: str | None = None  # what the GIF shows of its episode (trainer/events.py clip_caption)
 
     @property
     def episodes(self) -> int:
@@ -65,7 +66,7 @@ class EvaluationResult:
             f"length:   {statistics.fmean(self.lengths):.1f} steps on average",
         ]
         if self.gif_path is not None:
-            lines.append(f"gif:      {self.gif_path}")
+            lines.append(f"gif:      {self.gif_path} ({self.gif_caption})")
         return "\n".join(lines)
 
 
@@ -121,6 +122,7 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
     `module:Class` env or wrappers saved in the model's config be imported (that runs their code)."""
     from envs import make_vec_env
 
+    from trainer.events import clip_caption
     from trainer.gif import frame_skip, gif_fps, write_gif
 
     if episodes < 1:
@@ -143,6 +145,7 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
         result = EvaluationResult()
         frames: list[np.ndarray] = []
         recording = gif_path is not None
+        gif_episode = None  # env 0's first episode, the GIF's: (steps, ended, return, score)
         obs = env.reset(seed=seed)
         skip = frame_skip(env)
         steps = 0
@@ -158,8 +161,9 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
                 # Return, length and score of the episodes that ended on this step, env by env.
                 final_return, final_length, final_score = env.stats.finished.cpu().numpy()
                 for index in np.flatnonzero(done):
-                    if index == 0:
+                    if index == 0 and gif_episode is None:
                         recording = False
+                        gif_episode = (int(final_length[0]), True, float(final_return[0]), float(final_score[0]))
                     if skip_rest_of_episode[index]:
                         skip_rest_of_episode[index] = False
                     elif counts[index] < targets[index]:
@@ -176,12 +180,21 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
                     result.lengths.append(int(current_length[index]))
                     result.scores.append(float(env.stats.running_score[index]))
                     skip_rest_of_episode[index] = True
-                    if index == 0:
+                    if index == 0 and gif_episode is None:
                         recording = False
+                        gif_episode = (int(current_length[0]), False, result.returns[-1], result.scores[-1])
             if recording and len(frames) >= gif_max_frames:
                 recording = False
         if gif_path is not None and frames:
             result.gif_path = write_gif(frames, gif_path, fps=gif_fps(env))
+            episode_steps, ended, episode_return, episode_score = gif_episode
+            # Each frame stands for the `skip` steps played from the state it shows.
+            steps_shown = min(episode_steps, len(frames) * skip)
+            if len(frames) < gif_max_frames:
+                steps_shown = episode_steps  # not cut by the frame limit: the GIF holds all of it
+            unit = getattr(env, "score_unit", None)  # None: the score is the return, said once
+            result.gif_caption = clip_caption(steps_shown, episode_steps, ended, episode_return,
+                                              episode_score if unit else None, unit)
         return result
     finally:
         env.close()

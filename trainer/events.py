@@ -45,7 +45,8 @@ EVENT_SCHEMA: dict[str, EventType] = {
                           "episodes_this_update", "total_timesteps", "gradient_steps", "final_update")),
     "log": EventType(("level", "message")),
     "checkpoint": EventType(("step", "path")),
-    "gif": EventType(("step", "path", "episode_return", "episode_score", "frames"), ("seconds",)),
+    "gif": EventType(("step", "path", "episode_return", "episode_score", "frames"),
+                     ("seconds", "steps_shown", "episode_steps", "episode_ended")),
     "model": EventType(("step", "path")),
     "error": EventType(("message", "traceback")),
     "end": EventType(("status", "step", "final_model")),
@@ -237,6 +238,34 @@ def format_number(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def clip_caption(steps_shown: int | None, episode_steps: int | None, episode_ended: bool | None,
+                 episode_return: float | None, episode_score: float | None, score_unit: str | None = None) -> str:
+    """What a GIF shows of its episode, said honestly: the whole episode, the first part of one
+    that ended later (with that episode's score and return), or the first part of one still
+    running when playing stopped (with what it had reached). The one wording for rollout GIFs
+    (studio/views.py, the log line below), Evaluate GIFs (studio/evaluate.py) and
+    `python -m trainer evaluate --gif`; here, beside the gif event, so the studio needs no torch.
+    score_unit: the game's ("pipes"; else "score 31"); pass episode_score None where the score
+    is the return (Gymnasium envs). A GIF event from before these fields existed (steps_shown
+    None) gets score and return only."""
+    so_far = ""
+    if steps_shown is None or episode_steps is None:
+        facts = []
+    elif episode_ended and steps_shown >= episode_steps:
+        facts = [f"whole episode, {episode_steps:,} steps"]
+    elif episode_ended:
+        facts = [f"first {steps_shown:,} of {episode_steps:,} steps"]
+    else:
+        after = f" after {episode_steps:,}" if episode_steps > steps_shown else ""
+        facts = [f"first {steps_shown:,} steps of an episode still running{after}"]
+        so_far = " so far"
+    if episode_score is not None:
+        facts.append((f"{episode_score:,.0f} {score_unit}" if score_unit else f"score {episode_score:,.0f}") + so_far)
+    if episode_return is not None:
+        facts.append(f"return {episode_return:,.1f}{so_far}")
+    return " · ".join(facts)
+
+
 def format_event(event: dict, log_interval: int = 1) -> str | None:
     """The human log line for an event (None: nothing to print for it)."""
     kind = event["type"]
@@ -259,8 +288,9 @@ def format_event(event: dict, log_interval: int = 1) -> str | None:
     if kind == "checkpoint":
         return f"Checkpoint at step {event['step']}: {event['path']}"
     if kind == "gif":
-        return (f"Rollout GIF at step {event['step']}: return {format_number(event['episode_return'], 2)}, "
-                f"score {format_number(event['episode_score'], 1)}, {event['frames']} frames: {event['path']}")
+        caption = clip_caption(event.get("steps_shown"), event.get("episode_steps"), event.get("episode_ended"),
+                               event["episode_return"], event["episode_score"])
+        return f"Rollout GIF at step {event['step']} ({event['frames']} frames): {caption}: {event['path']}"
     if kind == "model":
         return f"Final model: {event['path']}"
     if kind == "error":

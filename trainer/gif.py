@@ -1,5 +1,6 @@
 """Rollout GIFs: one episode of the current policy on a separate single env, rendered,
-capped in length, written atomically.
+capped in length (and played on past the cap to learn how it ended), written atomically; when
+the training loop records one (`GifSchedule`). Their caption: trainer/events.py `clip_caption`.
 
 The GIF env lives on the CPU with its own seed and a CPU copy of the policy, so recording a GIF
 never touches the training envs, the training device or the training random numbers: a run
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainer.events import clip_caption
 from trainer.models import build_policy
 from trainer.run_dir import atomic_write
 
@@ -32,13 +34,34 @@ def gif_fps(env) -> float:
     return fps / frame_skip(env)
 
 
+PLAY_ON_SECONDS = 2.0  # the most one GIF spends playing on past its last frame, to learn how the episode ends
+
+
 @dataclass
 class GifResult:
     path: Path
-    episode_return: float
+    episode_return: float         # of the whole episode when it ended, else so far
     episode_score: float | None
     frames: int
     seconds: float
+    steps_shown: int = 0          # env steps the frames cover (== episode_steps: the whole episode)
+    episode_steps: int = 0        # steps played: the whole episode when it ended, else as far as it got
+    episode_ended: bool = False   # False: still running when the frames and the time to play on ran out
+    drawing_seconds: float = 0.0  # of `seconds`: playing the drawn steps, drawing and writing the GIF
+    steps_played_on: int = 0      # steps played past the last frame (without drawing)
+    score_unit: str | None = None  # the game's (VecEnv.score_unit); None: the score is the return
+
+    @property
+    def caption(self) -> str:
+        score = self.episode_score if self.score_unit else None
+        return clip_caption(self.steps_shown, self.episode_steps, self.episode_ended, self.episode_return, score,
+                            self.score_unit)
+
+    def event_fields(self) -> dict:
+        """The `gif` event's fields (trainer/events.py EVENT_SCHEMA)."""
+        return {"path": str(self.path), "episode_return": self.episode_return, "episode_score": self.episode_score,
+                "frames": self.frames, "seconds": self.seconds, "steps_shown": self.steps_shown,
+                "episode_steps": self.episode_steps, "episode_ended": self.episode_ended}
 
 
 class GifRecorder:
@@ -50,7 +73,10 @@ class GifRecorder:
         self.max_frames = max_frames
 
     @torch.no_grad()
-    def record(self, policy_state: dict, path: Path, seed: int) -> GifResult:
+    def record(self, policy_state: dict, path: Path, seed: int, play_on_seconds: float = PLAY_ON_SECONDS) -> GifResult:
+        """Play one episode with the most likely actions, drawing its first `max_frames` frames;
+        past them keep playing without drawing (cheap) for up to `play_on_seconds`, so the caption
+        can say how the episode really ended."""
         started = time.perf_counter()
         if self._env is None:
             self._env = self._make_env()
@@ -61,26 +87,39 @@ class GifRecorder:
         skip = frame_skip(env)
         frames = [env.render(0)]
         episode_return = 0.0
-        finished = False
-        step = 0
-        while len(frames) < self.max_frames:
+        ended = False
+        step = played_on_from = 0
+        playing_on_since = None  # perf_counter when the frames ran out and playing on began
+        while True:
+            if playing_on_since is None and len(frames) >= self.max_frames:
+                playing_on_since, played_on_from = time.perf_counter(), step
+            if playing_on_since is not None and time.perf_counter() - playing_on_since >= play_on_seconds:
+                break
             action, _, _ = self.policy.act(self.policy.normalize_obs(obs), deterministic=True)
             obs, reward, terminated, truncated, info = env.step(self.policy.env_action(action))
             episode_return += float(reward[0])
             step += 1
             if bool(terminated[0] | truncated[0]):
-                finished = True
+                ended = True
                 break
-            if step % skip == 0:
+            if playing_on_since is None and step % skip == 0:
                 frames.append(env.render(0))
+        played_on_seconds = 0.0 if playing_on_since is None else time.perf_counter() - playing_on_since
+        # Each frame stands for the `skip` steps played from the state it shows (the first: the
+        # reset state); an episode that ended while it was being drawn is in the GIF whole.
+        steps_shown = step if playing_on_since is None else min(step, len(frames) * skip)
         summary = env.stats.drain()
-        if finished and summary.count:
+        if ended and summary.count:
             score = summary.score_mean
         else:
             running = getattr(env.stats, "running_score", None)
             score = float(running[0]) if running is not None else None
         write_gif(frames, path, fps=gif_fps(env))
-        return GifResult(Path(path), episode_return, score, len(frames), time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return GifResult(Path(path), episode_return, score, len(frames), seconds, steps_shown, step, ended,
+                         drawing_seconds=seconds - played_on_seconds,
+                         steps_played_on=step - played_on_from if playing_on_since is not None else 0,
+                         score_unit=getattr(env, "score_unit", None))
 
     def close(self) -> None:
         if self._env is not None:
@@ -88,32 +127,73 @@ class GifRecorder:
             self._env = None
 
 
-GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005  # the first GIF's cost guess; later ones use the measured cost
+GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005  # the first GIF's cost guesses; later ones use the measured costs
+GIF_SECONDS_PER_STEP_ESTIMATE = 0.001   # playing on without drawing
 
 
-class GifBudget:
-    """Keeps rollout GIFs to `time_fraction` of the training time: a scheduled GIF (every
-    `interval` updates) is skipped when its expected cost would go over the budget. The cost is
-    guessed from the current episode length and the measured cost per frame."""
+class GifSchedule:
+    """When the training loop records a rollout GIF; the one rule:
 
-    def __init__(self, interval: int, max_frames: int, time_fraction: float, seconds_spent: float = 0.0):
+    - the first right after the first update of a session, whatever it costs (it is short: an
+      untrained agent's episode), so the page shows the agent within seconds of Start;
+    - then one every `interval` seconds of wall-clock time (start to start), each only when its
+      expected cost fits the budget: all GIF time so far plus this one's within `time_fraction`
+      of the training time. A GIF that does not fit waits (the cadence stretches; it never
+      bunches up);
+    - and one at the end of the run (the loop's, after training: it slows nothing).
+
+    The expected cost is the measured cost per drawn frame times the frames the current episode
+    length needs, plus playing on past the last frame (measured cost per step, at most
+    PLAY_ON_SECONDS), which the recorder is then given only as much of as the budget has left.
+    """
+
+    def __init__(self, interval: float, max_frames: int, time_fraction: float, seconds_spent: float = 0.0):
         self.interval = interval
         self.max_frames = max_frames
         self.time_fraction = time_fraction
         self.seconds_spent = seconds_spent         # saved in checkpoints: a resumed run keeps its budget
         self.seconds_per_frame = GIF_SECONDS_PER_FRAME_ESTIMATE
+        self.seconds_per_step = GIF_SECONDS_PER_STEP_ESTIMATE
+        self.last_started: float | None = None     # perf_counter of this session's last GIF
 
-    def due(self, update: int, training_seconds: float, episode_length: float | None) -> bool:
-        if not self.interval or update % self.interval:
+    @property
+    def unbudgeted(self) -> bool:
+        return self.time_fraction >= 1.0
+
+    def _drawing_cost(self, episode_length: float | None) -> float:
+        return self.seconds_per_frame * min(self.max_frames, episode_length or self.max_frames)
+
+    def _play_on_cost(self, episode_length: float | None) -> float:
+        return min(PLAY_ON_SECONDS, self.seconds_per_step * max(0.0, (episode_length or 0.0) - self.max_frames))
+
+    def due(self, now: float, training_seconds: float, episode_length: float | None) -> bool:
+        if not self.interval:
             return False
-        if self.time_fraction >= 1.0:  # no budget
+        if self.last_started is None:
             return True
-        expected_cost = self.seconds_per_frame * min(self.max_frames, episode_length or self.max_frames)
-        return self.seconds_spent + expected_cost <= self.time_fraction * training_seconds
+        if now - self.last_started < self.interval:
+            return False
+        if self.unbudgeted:
+            return True
+        expected = self._drawing_cost(episode_length) + self._play_on_cost(episode_length)
+        return self.seconds_spent + expected <= self.time_fraction * training_seconds
+
+    def play_on_seconds(self, training_seconds: float | None, episode_length: float | None) -> float:
+        """How long the GIF due now may play on past its last frame: what the budget has left
+        after drawing it, at most PLAY_ON_SECONDS (None: after training, nothing left to slow)."""
+        if training_seconds is None or self.unbudgeted:
+            return PLAY_ON_SECONDS
+        left = self.time_fraction * training_seconds - self.seconds_spent - self._drawing_cost(episode_length)
+        return min(PLAY_ON_SECONDS, max(0.0, left))
+
+    def started(self, now: float) -> None:
+        self.last_started = now
 
     def spent(self, result: GifResult) -> None:
         self.seconds_spent += result.seconds
-        self.seconds_per_frame = result.seconds / max(1, result.frames)
+        self.seconds_per_frame = result.drawing_seconds / max(1, result.frames)
+        if result.steps_played_on:
+            self.seconds_per_step = (result.seconds - result.drawing_seconds) / result.steps_played_on
 
 
 def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 30) -> Path:

@@ -22,12 +22,12 @@ import uuid
 from pathlib import Path
 
 from trainer.checks import ConfigError
-from trainer.cluster import (DEFAULT_PORT, NodeMonitor, RefusedError, connect_store, host_store, local_address,
-                             parse_endpoint, publish_run, register_guarded_rendezvous, resolve_token,
-                             split_cluster_file, store_get)
+from trainer.cluster import (DEFAULT_PORT, KEY, NodeMonitor, RefusedError, connect_store, host_store, local_address,
+                             parse_endpoint, pin_collectives_to, publish_run, register_guarded_rendezvous,
+                             resolve_token, split_cluster_file, store_get)
 from trainer.distributed import WRITER_ENV
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ENCRYPTION_NOTE = ("traffic between nodes is not encrypted: this torch build's gloo has no TLS transport "
                    "(GLOO_DEVICE_TRANSPORT=TCP_TLS fails with 'unsupported gloo device'); run the cluster on a "
                    "private network or through a WireGuard / SSH tunnel (docs/readme/cluster.md)")
@@ -60,6 +60,12 @@ def _launch(entry_args: list[str], nproc: int, min_nodes: int, max_nodes: int, m
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     backend = register_guarded_rendezvous(token, node_address, nproc)
+    # A fresh bootstrap store for every rendezvous round. torch's default shares one TCPStore
+    # across rounds without a per-round prefix, so after a re-formation a new rank can read the
+    # dead rank's gloo address and fail ("connectFullMesh ... Connection refused"), burning an
+    # extra restart or hanging the round; every agent of the run must agree, so all set it here.
+    os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    pin_collectives_to(node_address)
     config = LaunchConfig(min_nodes=min_nodes, max_nodes=max_nodes, nproc_per_node=nproc, run_id=run_id,
                           rdzv_backend=backend, rdzv_endpoint=f"{store_host}:{port}",
                           rdzv_configs={"is_host": False, **RENDEZVOUS_TIMEOUTS}, max_restarts=max_restarts,
@@ -71,6 +77,7 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
              notes: list[str] = (), say=print) -> int:
     """Serve the rendezvous on host:port, run this machine's ranks, watch the nodes; the master
     command and `--nproc` both end here."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
 
@@ -97,6 +104,10 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
     except RendezvousError as error:
         say(f"error: {error}")
         return EXIT_FAILED
+    except (SignalException, KeyboardInterrupt) as error:
+        say(f"master: stopped by {_signal_name(error)}; continue the run later with `python -m trainer master "
+            f"--config ... --resume {run_dir}`")
+        return EXIT_INTERRUPTED
     finally:
         os.environ.pop(WRITER_ENV, None)
         monitor.stop()
@@ -188,6 +199,7 @@ def build_worker_parser() -> argparse.ArgumentParser:
 
 def worker_command(argv: list[str]) -> int:
     args = build_worker_parser().parse_args(argv)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
 
@@ -197,6 +209,8 @@ def worker_command(argv: list[str]) -> int:
                                     args.allow_custom_envs)
         token = resolve_token(args.token, generate=False)
         extra = ["--allow-custom-envs"] if args.allow_custom_envs else []
+        print(f"Joining the run at {host}:{port} ({ranks_wanted(config, args.nproc)} processes)", flush=True)
+        print(f"note: {ENCRYPTION_NOTE}", flush=True)
         _launch(extra, ranks_wanted(config, args.nproc), config.min_nodes, config.max_nodes, config.max_restarts,
                 store_get(connect_store(host, port), "run_id"), host, port, token or "", local_address(host, port))
     except (ConfigError, RefusedError, RendezvousError) as error:
@@ -205,6 +219,10 @@ def worker_command(argv: list[str]) -> int:
     except ChildFailedError as error:
         print(f"error: this worker's ranks failed: {str(error).strip()[:2000]}", file=sys.stderr)
         return EXIT_FAILED
+    except (SignalException, KeyboardInterrupt) as error:
+        print(f"worker: stopped by {_signal_name(error)}; the master carries on without this machine "
+              f"(start the worker again to rejoin at the next re-formation)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print("worker: the run has finished")
     return EXIT_OK
 
@@ -218,13 +236,25 @@ def _config_from_store(store, source: str, allow_custom_code: bool):
     return config
 
 
+def formation_line(formation: int, world_size: int, restart: int, max_restarts: int, resume: bool) -> str:
+    """What the master's log says each time the ranks (re-)form. The formation count is the
+    run's own (the writer adds one in the store each time): whichever agent noticed a failure
+    first, only it counts a restart (`max_restarts` is per agent), while an agent that sees a
+    node waiting re-forms without counting one, so the agent's count alone can read 0."""
+    if formation == 1:
+        return f"world: {world_size} ranks{', resuming the run in its folder' if resume else ''}"
+    return (f"Re-formed (formation {formation}): world {world_size} ranks"
+            f"{', resuming from the newest checkpoint' if resume else ', starting again: no checkpoint yet'}; "
+            f"this machine's restarts: {restart} of {max_restarts}")
+
+
 def rank_command(argv: list[str]) -> int:
     """One rank, started by an elastic agent (never by hand)."""
     parser = argparse.ArgumentParser(prog="python -m trainer _rank")
     parser.add_argument("--store", required=True)
     parser.add_argument("--allow-custom-envs", action="store_true")
     args = parser.parse_args(argv)
-    from trainer.distributed import setup_distributed, shutdown_distributed
+    from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.events import LogSink
     from trainer.loop import train
     from trainer.setup import device_type
@@ -234,26 +264,45 @@ def rank_command(argv: list[str]) -> int:
     writer = os.environ.get(WRITER_ENV) == "1"
     config = _config_from_store(store, f"the master at {host}:{port}", writer or args.allow_custom_envs)
     run_dir = Path(store_get(store, "run_dir"))
-    context = setup_distributed(config.backend, device_type(config))
-    # The writer decides from its disk whether the run already has anything to resume from.
-    resume = context.broadcast_object(_has_progress(run_dir, config) if context.is_main else None)
+    context = setup_distributed(config.backend, device_type(config))   # None in a world of one rank
+    resume = continues_its_run(context, run_dir, config)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     sinks = []
-    if context.is_main:
+    if context is None or context.is_main:
         sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
-        print(f"world: {context.world_size} ranks (restart {restart} of {config.max_restarts}"
-              f"{', resuming' if resume else ''})", flush=True)
+        print(formation_line(store.add(KEY + "formations", 1), context.world_size if context else 1, restart,
+                             config.max_restarts, resume), flush=True)
+    from trainer.signals import StopRequest
+
+    stop = StopRequest()   # the agent forwards SIGTERM / SIGINT: the ranks agree to stop after this update
+    stop.install_signals()
+    stop.watch_parent()    # and an agent that dies without a word (kill -9) stops them too
     try:
-        train(config, run_dir, sinks=sinks, resume=resume, preflight=False)
+        train(config, run_dir, sinks=sinks, should_stop=stop, resume=resume, preflight=False)
+    except KeyboardInterrupt:   # a second Ctrl-C: abort at once; the agent reports it
+        return EXIT_INTERRUPTED
+    except RuntimeError as error:
+        if not _a_peer_left(error):
+            raise
+        # A rank or machine left: its agent, or ours, re-forms the ranks; one line is enough
+        # (the writer's train.log has the traceback).
+        print(f"rank {os.environ.get('RANK', '?')}: a peer left ({str(error).splitlines()[0][:300]}); the elastic "
+              f"agents re-form the ranks", file=sys.stderr, flush=True)
+        return EXIT_FAILED
     finally:
         shutdown_distributed()
     return EXIT_OK
 
 
-def _has_progress(run_dir: Path, config) -> bool:
-    from trainer.checkpoint import list_checkpoints
-    from trainer.run_dir import checkpoint_folder
+def _a_peer_left(error: RuntimeError) -> bool:
+    """A collective failed because another rank is gone (gloo / nccl say so in these words)."""
+    text = str(error)
+    return any(words in text for words in ("Connection closed by peer", "Connection reset by peer",
+                                           "Connection refused", "Broken pipe", "Timed out waiting",
+                                           "timed out", "NCCL communicator was aborted"))
 
-    metrics = run_dir / "metrics.jsonl"
-    return (metrics.is_file() and metrics.stat().st_size > 0) or bool(list_checkpoints(checkpoint_folder(run_dir,
-                                                                                                           config)))
+
+def _signal_name(error: BaseException) -> str:
+    sigval = getattr(error, "sigval", None)
+    return sigval.name if sigval is not None else "Ctrl-C"
+

@@ -13,7 +13,7 @@ again; a stop signal ends the run cleanly with a checkpoint and the final model.
 
 What the loop is built from lives beside it: device, threads, learning-rate scaling and the env
 in trainer/setup.py, every seed in trainer/seeding.py, checkpoint payloads and resuming in
-trainer/resume.py, the GIF budget in trainer/gif.py, merging across ranks in trainer/distributed.py.
+trainer/resume.py, the GIF schedule and budget in trainer/gif.py, merging across ranks in trainer/distributed.py.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from trainer.config import TrainConfig, config_from_dict
 from trainer.distributed import DistributedContext, setup_distributed
 from trainer.events import (EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, storage_error,
                             trim_events_after)
-from trainer.gif import GifBudget
+from trainer.gif import GifSchedule
 from trainer.models import ActorCritic, build_policy
 from trainer.normalization import RewardScaler
 from trainer.ppo import Adam, UpdateSettings, compute_gae, ppo_update
@@ -110,7 +110,7 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
 def open_run_dir(bus: EventBus, run_dir: Path, config: TrainConfig, resume: bool = False) -> None:
     """Make (or reopen, to resume) a run directory and attach its file sinks, metrics.jsonl and
     train.log. Refuses a directory that holds another run unless resuming."""
-    if not resume and _holds_a_run(run_dir, config):
+    if not resume and holds_a_run(run_dir, config):
         raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
                           f"(--resume {run_dir}) or train into a new run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,8 @@ def report_failure(bus: EventBus, error: BaseException, session: "TrainingSessio
                   step=session.global_step if session else 0, final_model=None)
 
 
-def _holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
+def holds_a_run(run_dir: Path, config: TrainConfig) -> bool:
+    """The folder already has events or checkpoints of a run (so training into it is a resume)."""
     metrics = run_dir / "metrics.jsonl"
     return (metrics.is_file() and metrics.stat().st_size > 0) or bool(
         list_checkpoints(checkpoint_folder(run_dir, config)))
@@ -195,7 +196,7 @@ class TrainingSession:
         self.session_start_step = 0
         self.resumed_from_step: int | None = None
         self.last_metrics: dict | None = None
-        self.gif_budget = GifBudget(config.gif_interval, config.gif_max_frames, config.gif_time_fraction)
+        self.gif_schedule = GifSchedule(config.gif_interval, config.gif_max_frames, config.gif_time_fraction)
         self.next_obs = self.env.reset(seed=start.env)
         if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
             self.policy.obs_normalizer.accumulate(self.next_obs)
@@ -229,16 +230,16 @@ class TrainingSession:
             if self._writes_files and self._checkpoint_due():
                 self.save_checkpoint()
                 last_checkpoint_update = self.update
-            if self.gif_recorder is not None and self.gif_budget.due(self.update, self.training_seconds(),
-                                                                     self._recent_episode_length()):
-                self.record_gif()
+            if self.gif_recorder is not None and self.gif_schedule.due(time.perf_counter(), self.training_seconds(),
+                                                                       self._recent_episode_length()):
+                self.record_gif(self.training_seconds())
         final_model = None
         if self._writes_files:
             if last_checkpoint_update != self.update:
                 self.save_checkpoint()
             final_model = self.save_final_model()
             if self.gif_recorder is not None and self.update > 0 and status == "finished":
-                self.record_gif()
+                self.record_gif(training_seconds=None)  # after training: it slows nothing
         if self.is_main:
             self.bus.emit("end", status=status, step=self.global_step,
                           final_model=str(final_model) if final_model else None)
@@ -297,7 +298,7 @@ class TrainingSession:
             write_config(self.run_dir, self.config)
         self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
                       config=self.config.to_dict(), device=str(self.device),
-                      total_timesteps=self.num_updates * self.steps_per_update,
+                      total_timesteps=self.global_step + (self.num_updates - self.update) * self.steps_per_update,
                       resumed_from_step=self.resumed_from_step, world_size=self.world_size,
                       num_updates=self.num_updates)
         for message in self._pending_logs:
@@ -355,11 +356,15 @@ class TrainingSession:
     def _recent_episode_length(self) -> float | None:
         return (self.last_metrics or {}).get("recent_length_mean")
 
-    def record_gif(self) -> None:
+    def record_gif(self, training_seconds: float | None) -> None:
+        """One rollout GIF now (GifSchedule says when); training_seconds None: after training."""
         path = self.run_dir / "rollouts" / f"step_{self.global_step}.gif"
+        self.gif_schedule.started(time.perf_counter())
+        play_on = self.gif_schedule.play_on_seconds(training_seconds, self._recent_episode_length())
         try:
             result = self.gif_recorder.record(self.policy.state_dict(), path,
-                                              seed=seeds(self.config.seed, update=self.update).gif)
+                                              seed=seeds(self.config.seed, update=self.update).gif,
+                                              play_on_seconds=play_on)
         except Exception as error:  # noqa: BLE001 - a GIF must never end a training run, except a full disk
             if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
                 raise storage_error(path, error) from None  # the disk, not the GIF: checkpoints fail next
@@ -368,9 +373,8 @@ class TrainingSession:
             self.gif_recorder.close()
             self.gif_recorder = None
             return
-        self.gif_budget.spent(result)
-        self.bus.emit("gif", step=self.global_step, path=str(result.path), episode_return=result.episode_return,
-                      episode_score=result.episode_score, frames=result.frames, seconds=result.seconds)
+        self.gif_schedule.spent(result)
+        self.bus.emit("gif", step=self.global_step, **result.event_fields())
 
     # -- saving and resuming (the payloads: trainer/resume.py) -------------------------------------
 

@@ -11,9 +11,17 @@ started: a failure to resume is never appended to another run's history). Settin
 SIGTERM, Ctrl-C in the terminal that runs the studio, or the death of the studio itself
 (trainer/signals.py) stops the run cleanly after the current update, with a checkpoint, the final
 model and the `end` event: a trainer is never left running with nobody to stop it.
+
+A run on several processes (`nproc_per_node` > 1) or one that accepts workers (`max_nodes` > 1)
+gets `run_launched` instead: that process becomes the run's master through the CLI's own elastic
+launcher (trainer.launch.host_run), so the studio has no launcher of its own.
 """
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -32,8 +40,7 @@ class _EndWatcher:
 
 
 def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False) -> None:
-    from trainer.events import EventBus, JsonlSink, LogSink, QueueSink
-    from trainer.run_dir import events_path, log_path
+    from trainer.events import QueueSink
     from trainer.signals import StopRequest
 
     watcher = _EndWatcher()
@@ -49,15 +56,7 @@ def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
     except BaseException as error:  # noqa: BLE001 - the studio must always hear how a run ended
         if not watcher.saw_end:
             # train() failed before it had its sinks (e.g. an invalid config): report here.
-            fresh = run_dir is not None and Path(run_dir).is_dir() and not events_path(run_dir).exists()
-            if fresh:  # never append a failure to the history of an existing run
-                sinks += [JsonlSink(events_path(run_dir)), LogSink(log_path(run_dir))]
-            else:
-                traceback.print_exc()  # the terminal is then the only place that hears of it
-            bus = EventBus(sinks)
-            bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
-            bus.emit("end", status="failed", step=0, final_model=None)
-            bus.close()
+            _report_unstarted(run_dir, sinks, "failed", error)
     finally:
         # Let the queue's feeder thread hand over every event before the process exits.
         if queue is not None:
@@ -66,3 +65,86 @@ def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
                 queue.join_thread()
             except (AttributeError, ValueError, OSError):
                 pass
+
+
+def _report_unstarted(run_dir: str | None, sinks: list, status: str, error: BaseException | None) -> None:
+    """The `end` (and `error`) of a run whose trainer never wrote its own; into the run folder
+    only while it has no history (never appended to the history of an existing run)."""
+    from trainer.events import EventBus, JsonlSink, LogSink
+    from trainer.run_dir import events_path, log_path
+
+    sinks = list(sinks)
+    fresh = run_dir is not None and Path(run_dir).is_dir() and not events_path(run_dir).exists()
+    if fresh:
+        sinks += [JsonlSink(events_path(run_dir)), LogSink(log_path(run_dir))]
+    details = "".join(traceback.format_exception(error)) if error is not None else ""
+    if error is not None and not fresh:
+        print(details, end="", file=sys.stderr)  # the terminal is then the only place that hears of it
+    bus = EventBus(sinks)
+    if error is not None:
+        bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=details)
+    bus.emit("end", status=status, step=0, final_model=None)
+    bus.close()
+
+
+def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False,
+                 host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+    """A studio run on several processes or machines. This process hosts the rendezvous on
+    host:port and runs the elastic agent of this machine's ranks, exactly as
+    `python -m trainer --nproc N` / `python -m trainer master` do (port 0: a free one). The ranks
+    decide from the run folder whether to resume, so `resume` needs no handling here.
+
+    A stop (the studio's event, SIGTERM, the studio's death) is the agent's own: SIGTERM to this
+    process makes the agent pass SIGTERM to its ranks (a clean stop where the rank honours it),
+    and also ends a rendezvous still waiting for workers. The master's lines (Worker connected /
+    lost, errors) go to train.log, which the studio shows; the token never does (only the page
+    that started the run is told it)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from trainer.config import config_from_dict
+    from trainer.events import EventBus, LogSink
+    from trainer.launch import free_port, host_run, ranks_wanted
+    from trainer.run_dir import log_path
+    from trainer.signals import StopRequest
+
+    def hidden(line: str) -> str:
+        return line.replace(token, "<token: shown on the page that started the run>") if token else line
+
+    log = EventBus([LogSink(log_path(run_dir))])
+
+    def say(line: str) -> None:
+        print(hidden(line), flush=True)
+        log.log(hidden(line))
+
+    stop, done = StopRequest(stop_event), threading.Event()
+    stop.watch_parent()
+
+    def signal_agent() -> None:
+        while not done.wait(0.5):
+            if stop():
+                say(f"Stopping ({stop.reason}): SIGTERM to the elastic agent, which passes it to the ranks")
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    def raise_signal(signum, frame):  # the agent installs the same once its ranks start
+        raise SignalException(f"Process {os.getpid()} got signal: {signum}", sigval=signal.Signals(signum))
+
+    signal.signal(signal.SIGTERM, raise_signal)
+    threading.Thread(target=signal_agent, name="stop-watch", daemon=True).start()
+    status, failure = None, None
+    try:
+        config = config_from_dict(config_dict)
+        code = host_run(config, Path(run_dir), host, port or free_port(host), token,
+                        ranks_wanted(config, None), say=say)
+        status = None if code == 0 else "stopped" if stop.reason else "failed"  # host_run says why
+    except SignalException:
+        status = "stopped"
+    except BaseException as error:  # noqa: BLE001 - e.g. the port is taken: the studio must hear it
+        say(f"error: {type(error).__name__}: {error}")
+        status, failure = "failed", error
+    finally:
+        done.set()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log.close()
+    if status is not None:  # no rank got to write the run's history: say how it ended
+        _report_unstarted(run_dir, [], status, failure)

@@ -1,9 +1,11 @@
 """What a run saves and how a resumed run gets it back: the one place that builds checkpoint and
 model payloads (the format is described in trainer/checkpoint.py) and restores a session from one.
 
-A resumed run on the same layout (native env, same num_envs and world size, rank 0) continues
-exactly: env tensors, the sampling generator and the next observations come back, so stopping
-and resuming learns bit for bit what an unbroken run learns. Other ranks, Gymnasium envs and a
+A resumed run on the same layout (native env, same num_envs and world size) continues exactly on
+the rank that wrote the checkpoint: env tensors, the sampling generator and the next observations
+come back, so stopping and resuming learns bit for bit what an unbroken run learns. That rank is
+the writer (`session.is_main`: rank 0 under torchrun, the master's first rank in an elastic
+cluster, whatever number the re-formed world gives it). Other ranks, Gymnasium envs and a
 changed num_envs start fresh episodes with new random streams (`trainer.seeding`, at the
 checkpoint's update).
 """
@@ -46,7 +48,7 @@ def checkpoint_payload(session: "TrainingSession") -> dict:
         "env_state": capture_env_state(session.env),
         "next_obs": session.next_obs,
         "num_envs": session.config.num_envs, "world_size": session.world_size,
-        "gif_seconds": session.gif_budget.seconds_spent,
+        "gif_seconds": session.gif_schedule.seconds_spent,
     })
     return payload
 
@@ -83,15 +85,16 @@ def restore(session: "TrainingSession", payload: dict, path: Path | str = "the c
         session.optimizer.load_state_dict(payload["optimizer_state"])
         if session.reward_scaler is not None and payload.get("reward_scaler") is not None:
             session.reward_scaler.load_state_dict(payload["reward_scaler"])
-        session.gif_budget.seconds_spent = float(payload.get("gif_seconds", 0.0))
+        session.gif_schedule.seconds_spent = float(payload.get("gif_seconds", 0.0))
         same_layout = (payload.get("num_envs") == session.config.num_envs
                        and payload.get("world_size") == session.world_size)
-        if payload.get("env_state") is not None and same_layout and session.rank == 0:
+        # The env state saved is the writer's own: only the writer continues it exactly.
+        if payload.get("env_state") is not None and same_layout and session.is_main:
             session.generator.set_state(payload["rng"]["sampling"])
             restore_env_state(session.env, payload["env_state"])
             session.next_obs = payload["next_obs"].to(session.device)
             return
-    # Gymnasium envs, other ranks, a changed num_envs or a final model: fresh episodes, new streams.
+    # Gymnasium envs, ranks other than the writer, a changed num_envs or a final model: fresh episodes, new streams.
     fresh = seeds(session.config.seed, session.rank, session.update)
     session.generator.manual_seed(fresh.sampling)
     session.next_obs = session.env.reset(seed=fresh.env)

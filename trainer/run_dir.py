@@ -29,6 +29,7 @@ ROLLOUTS_DIR = "rollouts"
 TENSORBOARD_DIR = "tensorboard"
 FINAL_MODEL_SUFFIX = "_final.pth"
 BEST_FILE = "best.json"
+NOTES_FILE = "notes.json"
 
 LAYOUT: dict[str, str] = {
     CONFIG_FILE: "the validated config, every key",
@@ -41,6 +42,7 @@ LAYOUT: dict[str, str] = {
     f"<env>_<algo>{FINAL_MODEL_SUFFIX}": "the final model, e.g. flappy_bird_ppo_final.pth",
     METRICS_CSV_FILE: "the metrics as CSV (written by the studio's download)",
     f"{TENSORBOARD_DIR}/": "TensorBoard scalars (tensorboard: true)",
+    NOTES_FILE: "the name and notes a person gave the run (the studio's Runs tab)",
 }
 
 END_STATUSES = ("finished", "stopped", "failed")   # what an `end` event may say
@@ -339,6 +341,75 @@ def read_config(run_dir: str | Path) -> dict:
         return load_yaml_file(config_path(run_dir))
     except (YamlError, OSError):
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's name and notes: what a person wrote about it (never read by the trainer)
+
+MAX_RUN_NAME_CHARS = 80
+MAX_RUN_NOTES_CHARS = 4000
+_NOTES_READ_LIMIT = 64 * 1024  # a hand-edited notes.json larger than this is ignored, not read
+
+
+@dataclass(frozen=True)
+class RunNotes:
+    """A run's name (one short line, shown in the runs table and the status line) and its notes."""
+
+    name: str = ""
+    notes: str = ""
+
+
+def _control_character(text: str, allowed: str = "") -> str | None:
+    """The first control character of `text` (not counting `allowed`), as U+XXXX, or None."""
+    for position, character in enumerate(text):
+        if character not in allowed and (ord(character) < 32 or 127 <= ord(character) < 160
+                                         or character in "\u2028\u2029"):
+            return f"U+{ord(character):04X} at character {position + 1}"
+    return None
+
+
+def check_run_notes(name: object, notes: object) -> RunNotes:
+    """`name` and `notes` as a RunNotes, or ValueError saying what is wrong and how to fix it.
+    The name is one line of at most MAX_RUN_NAME_CHARS, the notes at most MAX_RUN_NOTES_CHARS;
+    neither may hold control characters (notes may hold line breaks and tabs)."""
+    name = "" if name is None else name
+    notes = "" if notes is None else notes
+    if not isinstance(name, str) or not isinstance(notes, str):
+        raise ValueError("The name and the notes must be text.")
+    name, notes = name.strip(), notes.replace("\r\n", "\n").strip()
+    if len(name) > MAX_RUN_NAME_CHARS:
+        raise ValueError(f"The name is {len(name):,} characters long; a name is at most {MAX_RUN_NAME_CHARS} "
+                         "(put longer text in the notes).")
+    if len(notes) > MAX_RUN_NOTES_CHARS:
+        raise ValueError(f"The notes are {len(notes):,} characters long; notes are at most "
+                         f"{MAX_RUN_NOTES_CHARS:,}. Shorten them.")
+    bad = _control_character(name)
+    if bad:
+        raise ValueError(f"The name holds a control character ({bad}); a name is one line of plain text.")
+    bad = _control_character(notes, allowed="\n\t")
+    if bad:
+        raise ValueError(f"The notes hold a control character ({bad}); use plain text (line breaks are fine).")
+    return RunNotes(name=name, notes=notes)
+
+
+def read_run_notes(run_dir: str | Path) -> RunNotes:
+    """notes.json of a run folder; an empty RunNotes when it is missing, too large or invalid
+    (a listing must not fail on a hand-edited file)."""
+    path = Path(run_dir) / NOTES_FILE
+    try:
+        if path.stat().st_size > _NOTES_READ_LIMIT:
+            return RunNotes()
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return check_run_notes(data.get("name"), data.get("notes"))
+    except (OSError, ValueError, AttributeError):
+        return RunNotes()
+
+
+def write_run_notes(run_dir: str | Path, name: object, notes: object) -> RunNotes:
+    """Check and store a run's name and notes (ValueError as `check_run_notes` says)."""
+    checked = check_run_notes(name, notes)
+    atomic_write(Path(run_dir) / NOTES_FILE, json.dumps(asdict(checked), ensure_ascii=False))
+    return checked
 
 
 # ---------------------------------------------------------------------------------------------

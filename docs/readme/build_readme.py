@@ -6,8 +6,11 @@ layers do not edit one file at once:  python docs/readme/build_readme.py
 import sys
 from pathlib import Path
 
-# The config reference table is generated from the key declarations in trainer/config.py.
-CONFIG_TABLE = "<!-- config reference: generated from trainer/config.py -->"
+# Tables generated from trainer/config.py: marker -> the function that writes the table after it.
+GENERATED_TABLES = {
+    "<!-- config reference: generated from trainer/config.py -->": "reference_markdown",
+    "<!-- untuned defaults: generated from trainer/config.py -->": "untuned_defaults_markdown",
+}
 
 SECTIONS = ["_header.md", "studio.md", "trainer.md", "envs.md", "pool.md", "deploy_game.md", "cluster.md", "benchmarks.md", "operations.md", "_footer.md"]
 
@@ -19,22 +22,26 @@ def main() -> None:
         text = (folder / name).read_text().strip()
         # Links in the sections are written relative to docs/readme/; the README sits at the root.
         text = text.replace("](../../", "](")
-        if CONFIG_TABLE in text:
-            text = with_config_reference(text)
-            (folder / name).write_text(text + "\n")  # the section file shows the current table too
+        if any(marker in text for marker in GENERATED_TABLES):
+            text = with_generated_tables(text)
+            (folder / name).write_text(text + "\n")  # the section file shows the current tables too
         parts.append(text)
     Path("README.md").write_text("\n\n".join(parts) + "\n")
 
 
-def with_config_reference(text: str) -> str:
-    """Replace the table that follows the marker with the one the declarations give now."""
+def with_generated_tables(text: str) -> str:
+    """Replace the table that follows each marker with the one trainer/config.py gives now."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from trainer.config import reference_markdown
+    import trainer.config
 
-    before, _, after = text.partition(CONFIG_TABLE)
-    lines = after.lstrip("\n").split("\n")
-    rest = "\n".join(lines[next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines)):])
-    return f"{before}{CONFIG_TABLE}\n{reference_markdown()}\n{rest}"
+    for marker, function in GENERATED_TABLES.items():
+        if marker not in text:
+            continue
+        before, _, after = text.partition(marker)
+        lines = after.lstrip("\n").split("\n")
+        rest = "\n".join(lines[next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines)):])
+        text = f"{before}{marker}\n{getattr(trainer.config, function)()}\n{rest}"
+    return text
 
 
 if __name__ == "__main__":
