@@ -27,9 +27,10 @@ import torch
 
 STEP_CPU_SECONDS = 300e-6
 RESULTS = Path(__file__).resolve().parent / "results" / "pool.json"
-RAW_KINDS = ("pool", "async_pool", "gym_sync", "gym_async", "sb3_subproc", "envpool")
-PPO_KINDS = ("pool", "async_pool", "gym_sync", "gym_async", "sb3_dummy", "sb3_subproc")
-LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "gym_sync": "Gymnasium SyncVectorEnv",
+RAW_KINDS = ("pool", "async_pool", "sync", "gym_sync", "gym_async", "sb3_subproc", "envpool")
+PPO_KINDS = ("pool", "async_pool", "sync", "gym_async", "sb3_dummy", "sb3_subproc")
+LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "sync": "ours: sync (in-process)",
+          "gym_sync": "Gymnasium SyncVectorEnv",
           "gym_async": "Gymnasium AsyncVectorEnv", "sb3_subproc": "SB3 SubprocVecEnv",
           "sb3_dummy": "SB3 DummyVecEnv", "envpool": "EnvPool (C++)"}
 PPO_SETTINGS = {"num_steps": 64, "mini_batch_size": 512, "update_epochs": 2}
@@ -86,8 +87,8 @@ def _ours(env: str, num_envs: int, mode: str):
 def _raw_stepper(kind: str, env: str, num_envs: int) -> tuple[Callable[[], None], Callable[[], None]]:
     """(one batched step of every env, close) for a vectoriser."""
     actions = np.random.default_rng(0).integers(0, 2, size=num_envs)
-    if kind == "pool":
-        vec = _ours(env, num_envs, "pool")
+    if kind in ("pool", "sync"):
+        vec = _ours(env, num_envs, kind)
         tensor_actions = torch.as_tensor(actions)
         return (lambda: vec.step(tensor_actions)), vec.close
     if kind == "async_pool":  # each half steps while the other is handed back (no policy here)
@@ -160,7 +161,7 @@ def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> f
     from envs.gym_vec import GymVecEnv
     from trainer import PPO
 
-    mode = {"pool": "pool", "async_pool": "async_pool", "gym_sync": "sync", "gym_async": "async"}[kind]
+    mode = {"pool": "pool", "async_pool": "async_pool", "sync": "sync", "gym_async": "async"}[kind]
     vec = GymVecEnv(env_fn(env), num_envs, seed=0, mode=mode, num_workers="auto" if "pool" in mode else None)
     model = PPO(vec, num_steps=PPO_SETTINGS["num_steps"], mini_batch_size=minibatch,
                 update_epochs=PPO_SETTINGS["update_epochs"], seed=0, gif_interval=0)
@@ -189,45 +190,80 @@ def step_cost(env: str) -> float:
     return (time.process_time() - start) / count
 
 
-def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_ppo: bool) -> dict[str, Any]:
+def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_ppo: bool,
+        repeat: int = 1, kinds: list[str] | None = None) -> dict[str, Any]:
+    """Every measurement of the table; PPO ones `repeat` times in rounds (every vectoriser once
+    per round, in turn), so that each round's ratios compare runs made moments apart."""
     results: dict[str, Any] = {"cores": cores(), "load_before": os.getloadavg()[0], "rows": [],
-                               "ppo_settings": PPO_SETTINGS, "step_cpu_seconds": STEP_CPU_SECONDS}
+                               "ppo_settings": PPO_SETTINGS, "step_cpu_seconds": STEP_CPU_SECONDS,
+                               "rollouts": rollouts, "repeat": repeat}
+    wanted = (lambda chosen: [kind for kind in chosen if kinds is None or kind in kinds])
     for env in envs:
         limit = cores() / step_cost(env)
         for num_envs in counts:
-            for measure, kinds in (("raw", RAW_KINDS), ("ppo", () if skip_ppo else PPO_KINDS)):
-                for kind in kinds:
-                    try:
-                        rate = (raw_steps_per_second(kind, env, num_envs, seconds) if measure == "raw"
-                                else ppo_steps_per_second(kind, env, num_envs, rollouts))
-                    except (ImportError, NotImplementedError) as error:
-                        print(f"  {measure} {env} {num_envs} {kind}: skipped ({error})", flush=True)
-                        continue
-                    row = {"measure": measure, "env": env, "num_envs": num_envs, "kind": kind,
-                           "steps_per_second": rate, "limit": limit}
-                    results["rows"].append(row)
-                    print(f"  {measure} {env} {num_envs:>4} {LABELS[kind]:<26} {rate:>10.0f} steps/s", flush=True)
+            plan = [("raw", kind, 0) for kind in wanted(RAW_KINDS)]
+            if not skip_ppo:
+                plan += [("ppo", kind, round_) for round_ in range(repeat) for kind in wanted(PPO_KINDS)]
+            skipped = set()
+            for measure, kind, round_ in plan:
+                if (measure, kind) in skipped:
+                    continue
+                try:
+                    rate = (raw_steps_per_second(kind, env, num_envs, seconds) if measure == "raw"
+                            else ppo_steps_per_second(kind, env, num_envs, rollouts))
+                except (ImportError, NotImplementedError) as error:
+                    print(f"  {measure} {env} {num_envs} {kind}: skipped ({error})", flush=True)
+                    skipped.add((measure, kind))
+                    continue
+                row = {"measure": measure, "env": env, "num_envs": num_envs, "kind": kind, "round": round_,
+                       "steps_per_second": rate, "limit": limit, "load": os.getloadavg()[0]}
+                results["rows"].append(row)
+                print(f"  {measure} {env} {num_envs:>4} {LABELS[kind]:<26} {rate:>10.0f} steps/s"
+                      f"{f'  (round {round_ + 1})' if measure == 'ppo' and repeat > 1 else ''}", flush=True)
     results["load_after"] = os.getloadavg()[0]
     return results
 
 
+def _spread(values: list[float], digits: int = 2, percent: bool = False) -> str:
+    """median, and [min-max] when there are several."""
+    def show(value: float) -> str:
+        return f"{100 * value:.0f}%" if percent else f"{value:,.{digits}f}"
+    median = float(np.median(values))
+    return show(median) if len(values) == 1 else f"{show(median)} [{show(min(values))}-{show(max(values))}]"
+
+
 def markdown(results: dict[str, Any]) -> str:
-    """One table per measure: steps/s, x Gymnasium AsyncVectorEnv, and for SlowEnv % of the limit."""
+    """One table per measure: steps/s, x Gymnasium AsyncVectorEnv, x SB3 DummyVecEnv (PPO), and
+    for SlowEnv % of the limit. With repeated rounds: the median of each, and [min-max] of the
+    ratios, each taken against the peer of the same round."""
     lines = []
     rows = results["rows"]
     for measure, title in (("raw", "raw steps/s (random actions)"), ("ppo", "PPO end-to-end steps/s")):
         chosen = [row for row in rows if row["measure"] == measure]
         if not chosen:
             continue
-        lines += [f"**{title}**", "", "| env | num_envs | vectoriser | steps/s | x AsyncVectorEnv | % of limit |",
-                  "|---|---|---|---|---|---|"]
+        header = "| env | num_envs | vectoriser | steps/s | x AsyncVectorEnv |"
+        header += " x SB3 DummyVecEnv |" if measure == "ppo" else ""
+        lines += [f"**{title}**", "", header + " % of limit |", "|---" * (header.count("|")) + "|"]
+        groups: dict[tuple, list[dict]] = {}
         for row in chosen:
-            peer = next((r["steps_per_second"] for r in chosen if r["env"] == row["env"]
-                         and r["num_envs"] == row["num_envs"] and r["kind"] == "gym_async"), None)
-            ratio = f"{row['steps_per_second'] / peer:.2f}" if peer else "-"
-            share = f"{100 * row['steps_per_second'] / row['limit']:.0f}%" if row["env"] == "slow" else "-"
-            lines.append(f"| {row['env']} | {row['num_envs']} | {LABELS[row['kind']]} | "
-                         f"{row['steps_per_second']:,.0f} | {ratio} | {share} |")
+            groups.setdefault((row["env"], row["num_envs"], row["kind"]), []).append(row)
+        for (env, num_envs, kind), runs in groups.items():
+            def ratios(peer_kind: str) -> list[float]:
+                found = []
+                for run_ in runs:
+                    peer = next((r["steps_per_second"] for r in chosen if r["env"] == env and r["num_envs"] == num_envs
+                                 and r["kind"] == peer_kind and r.get("round", 0) == run_.get("round", 0)), None)
+                    if peer:
+                        found.append(run_["steps_per_second"] / peer)
+                return found
+            rates = [run_["steps_per_second"] for run_ in runs]
+            cells = [env, str(num_envs), LABELS[kind], _spread(rates, 0)]
+            cells += [_spread(found) if (found := ratios("gym_async")) else "-"]
+            if measure == "ppo":
+                cells += [_spread(found) if (found := ratios("sb3_dummy")) else "-"]
+            cells += [_spread([rate / runs[0]["limit"] for rate in rates], percent=True) if env == "slow" else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -239,10 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per raw measurement")
     parser.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per end-to-end measurement")
     parser.add_argument("--skip-ppo", action="store_true", help="raw steps/s only")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios)")
+    parser.add_argument("--kinds", nargs="+", choices=sorted(set(RAW_KINDS) | set(PPO_KINDS)),
+                        help="only these vectorisers (default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the learner's share; the cores are the workers'
-    results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo)
+    results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo, args.repeat, args.kinds)
     from benchmarks.contender import write_json_atomic
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

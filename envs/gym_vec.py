@@ -2,10 +2,10 @@
 
 `GymVecEnv("Acrobot-v1", num_envs=8)` builds 8 copies with `gymnasium.make` (or, for an entry
 point `package.module:ClassName`, by calling the class), applies the user's wrappers to every
-copy, and steps them with `gymnasium.vector.SyncVectorEnv` (mode `sync`: in this process),
-`AsyncVectorEnv` (`async`: one process per copy) or our shared-memory `WorkerPool` (`pool`:
-`num_workers` processes sharing the copies, envs/pool.py; `async_pool`: the same, in two halves
-that step while the policy acts on the other). Observations, rewards and done flags come back as
+copy, and steps them in this process (mode `sync`: the worker pool's own loop, envs/pool.py
+`LocalEnvs`), with Gymnasium's `AsyncVectorEnv` (`async`: one process per copy) or with our
+shared-memory `WorkerPool` (`pool`: `num_workers` processes sharing the copies; `async_pool`:
+the same, in two halves that step while the policy acts on the other). Observations, rewards and done flags come back as
 tensors on the chosen device; finished episodes feed the same `EpisodeStats` as the native
 envs, with `score` taken from the env's `info["score"]` when it reports one, else the return.
 
@@ -22,11 +22,11 @@ from typing import Callable
 import gymnasium
 import numpy as np
 import torch
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from torch import Tensor
 
 from envs.base import EnvConfigError, EnvError, UnknownEnvError, VecEnv
-from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool, resolve_num_workers
+from envs.pool import DEFAULT_STEP_TIMEOUT_S, LocalEnvs, WorkerPool, episode_scores, resolve_num_workers
 
 MODES = ("sync", "async", "pool", "async_pool")
 
@@ -126,10 +126,16 @@ class GymVecEnv(VecEnv):
             self.can_render = getattr(probe, "render_mode", None) == "rgb_array"
             self.name = getattr(probe.spec, "id", None) or getattr(env_id, "__qualname__", "env factory")
         env_fn = functools.partial(make_single_env, env_id, wrappers, env_kwargs, render_mode)
-        self._vector_env = self._pool = None
+        self._vector_env = self._pool = self._views = None
+        # async_pool: a step's halves meet here for the statistics (reward, score, done)
+        self._step_stats = torch.zeros(3, num_envs, device=self.device)
         self.step_groups: tuple[slice, ...] | None = None  # async_pool: the envs of each half
+        obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
         if mode == "sync":
-            self._vector_env = SyncVectorEnv([env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+            self._pool = LocalEnvs(env_fn, num_envs, obs_shape, self.single_action_space.shape,
+                                   self.single_action_space.dtype)
+            self._group_received = [False]
+            self._views = self._shared_views()
         elif mode == "async":
             self._vector_env = AsyncVectorEnv(
                 [env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP,
@@ -138,19 +144,20 @@ class GymVecEnv(VecEnv):
         else:
             groups = 2 if mode == "async_pool" else 1
             workers = max(groups, resolve_num_workers(num_workers, num_envs))
-            obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
             self._pool = WorkerPool(env_fn, num_envs, workers, obs_shape, self.single_action_space.shape,
                                     self.single_action_space.dtype, groups=groups, step_timeout=step_timeout)
             if groups == 2:
                 self.step_groups = tuple(self._pool.group_envs)
             self._group_received = [False] * groups
-        self.num_workers = self._pool.num_workers if self._pool is not None else (
-            num_envs if mode == "async" else 1)
+            self._views = self._shared_views()
+            if self.step_groups is not None:  # each group's slices, made once
+                self._group_stats = [self._step_stats[:, envs].unbind(0) for envs in self.step_groups]
+                if self._views is not None:
+                    self._group_views = [{name: view[envs] for name, view in self._views.items()}
+                                         for envs in self.step_groups]
+        self.num_workers = num_envs if mode == "async" else self._pool.num_workers
         self._closed = False
-        self._running_return = np.zeros(num_envs, dtype=np.float64)
-        self._step_reward = np.zeros(num_envs, dtype=np.float64)  # async_pool: a step's halves meet here
-        self._step_score = np.zeros(num_envs, dtype=np.float64)
-        self._step_done = np.zeros(num_envs, dtype=bool)
+        self._running_return = np.zeros(num_envs, dtype=np.float64)  # Gymnasium's vectorisers (the pool's: in its workers)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
         self._last_obs = self.reset(self._seed)
 
@@ -186,8 +193,14 @@ class GymVecEnv(VecEnv):
             size, start = self._one_hot_obs
             one_hot = np.zeros((len(obs), size), dtype=np.float32)
             one_hot[np.arange(len(obs)), np.asarray(obs, dtype=np.int64) - start] = 1.0
-            obs = one_hot
-        return torch.tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+            return torch.from_numpy(one_hot).to(self.device)
+        return self._tensor(obs, np.float32)
+
+    def _tensor(self, array: np.ndarray, dtype: type, copy: bool = True) -> Tensor:
+        """`array` on the device: from_numpy + one copy (several times cheaper than
+        torch.tensor(array) for the small arrays of a step); copy=False: a view where it can be,
+        for what is read at once."""
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=dtype)).to(self.device, copy=copy)
 
     def _actions_to_numpy(self, actions: Tensor | np.ndarray, count: int | None = None) -> np.ndarray:
         count = self.num_envs if count is None else count
@@ -197,11 +210,12 @@ class GymVecEnv(VecEnv):
         if self._action_start is not None:
             if actions.size != count:
                 raise EnvError(f"{self.name}: expected {count} discrete actions, got shape {actions.shape}")
-            return actions.reshape(count).astype(np.int64) + self._action_start
+            actions = actions.reshape(count).astype(np.int64, copy=False)
+            return actions + self._action_start if self._action_start else actions
         shape = (count, *self.single_action_space.shape)
         if actions.size != int(np.prod(shape)):
             raise EnvError(f"{self.name}: expected continuous actions of shape {shape}, got shape {actions.shape}")
-        return actions.reshape(shape).astype(self.single_action_space.dtype)
+        return actions.reshape(shape).astype(self.single_action_space.dtype, copy=False)
 
     # Protocol ---------------------------------------------------------------------------------
 
@@ -216,8 +230,8 @@ class GymVecEnv(VecEnv):
         return self._obs_to_tensor(obs)
 
     def _gymnasium_step(self, actions: np.ndarray) -> tuple:
-        """One step of Gymnasium's vector env as the pool reports it: (obs, final_obs, reward,
-        terminated, truncated, env_score, has_env_score), numpy arrays of N."""
+        """One step of Gymnasium's vector env as the pool's workers report it: (obs, final_obs,
+        reward, terminated, truncated, done, score), numpy arrays of N."""
         obs, reward, terminated, truncated, info = self._vector_env.step(actions)
         done = np.logical_or(terminated, truncated)
         env_score = np.zeros(self.num_envs, dtype=np.float64)
@@ -235,48 +249,59 @@ class GymVecEnv(VecEnv):
                 has_final = np.asarray(final_info.get("_score", np.ones(self.num_envs, dtype=bool)), dtype=bool) & done
                 env_score[has_final] = np.asarray(final_info["score"], dtype=np.float64)[has_final]
                 has_score |= has_final
-        return obs, final_obs, np.asarray(reward, dtype=np.float64), terminated, truncated, env_score, has_score
+        reward = np.asarray(reward, dtype=np.float64)
+        score = episode_scores(self._running_return, reward, done, env_score, has_score)
+        return obs, final_obs, reward, terminated, truncated, done, score
+
+    def _shared_views(self) -> dict[str, Tensor] | None:
+        """Tensors over the pool's shared arrays (made once: views cost nothing to read), for
+        `step_views`; None where a step's results need converting anyway (one-hot
+        observations, a device other than the CPU)."""
+        if self.device.type != "cpu" or self._one_hot_obs is not None:
+            return None
+        shared = self._pool.shared
+        return {name: torch.from_numpy(getattr(shared, name))
+                for name in ("obs", "final_obs", "reward", "terminated", "truncated", "done", "score")}
 
     def _pool_results(self, envs: slice) -> tuple:
         shared = self._pool.shared
         return (shared.obs[envs], shared.final_obs[envs], shared.reward[envs], shared.terminated[envs],
-                shared.truncated[envs], shared.score[envs], shared.has_score[envs])
+                shared.truncated[envs], shared.done[envs], shared.score[envs])
 
-    def _results(self, envs: slice, results: tuple) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        """Scores, running returns and tensors of the envs `envs` from one step's numpy results;
-        their reward / score / done wait in `_step_*` for the statistics."""
-        obs, final_obs, reward, terminated, truncated, env_score, has_score = results
-        done = np.logical_or(terminated, truncated)
-        running = self._running_return[envs]  # a view: slices of a numpy array are
-        running += reward
-        score = np.where(has_score, env_score, running)
-        self._step_reward[envs], self._step_score[envs], self._step_done[envs] = reward, score, done
-        running[done] = 0.0
-        return (
-            self._obs_to_tensor(obs),
-            torch.as_tensor(np.asarray(reward, dtype=np.float32), device=self.device),
-            torch.tensor(np.asarray(terminated, dtype=bool), device=self.device),
-            torch.tensor(np.asarray(truncated, dtype=bool), device=self.device),
-            {"final_obs": self._obs_to_tensor(final_obs)},
-        )
-
-    def _update_stats(self) -> None:
-        self.stats.update(
-            torch.as_tensor(self._step_reward, dtype=torch.float32, device=self.device),
-            torch.as_tensor(self._step_score, dtype=torch.float32, device=self.device),
-            torch.as_tensor(self._step_done, device=self.device).clone(),
-        )
+    def _results(self, results: tuple) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor, dict], Tensor, Tensor]:
+        """The step's (obs, reward, terminated, truncated, info) as new tensors on the device
+        (copies: the pool's shared memory is rewritten by the next step), and the (score, done)
+        the statistics read right away (views of it where they can be)."""
+        obs, final_obs, reward, terminated, truncated, done, score = results
+        out = (self._obs_to_tensor(obs), self._tensor(reward, np.float32), self._tensor(terminated, np.bool_),
+               self._tensor(truncated, np.bool_), {"final_obs": self._obs_to_tensor(final_obs)})
+        return out, self._tensor(score, np.float32, copy=False), self._tensor(done, np.bool_, copy=False)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        if self._pool is not None and self._views is not None:
+            obs, reward, terminated, truncated, info = self.step_views(actions)
+            return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), {
+                "final_obs": info["final_obs"].clone()}
         actions = self._actions_to_numpy(actions)
         if self._pool is not None:
             self._pool.step(actions)
             results = self._pool_results(slice(None))
         else:
             results = self._gymnasium_step(actions)
-        out = self._results(slice(None), results)
-        self._update_stats()
+        out, score, done = self._results(results)
+        self.stats.update(out[1], score, done)
         return out
+
+    def step_views(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """`step`, but the tensors may be views of the pool's shared memory, valid until the
+        next step: no copies, for a caller that copies them itself (the rollout writes them
+        straight into its buffer). `step` where there is nothing to save."""
+        if self._pool is None or self._views is None:
+            return self.step(actions)
+        self._pool.step(self._actions_to_numpy(actions))
+        views = self._views
+        self.stats.update(views["reward"], views["score"], views["done"])
+        return views["obs"], views["reward"], views["terminated"], views["truncated"], {"final_obs": views["final_obs"]}
 
     def send(self, group: int, actions: Tensor) -> None:
         """async_pool: start a step of the envs `step_groups[group]` with their actions."""
@@ -287,13 +312,31 @@ class GymVecEnv(VecEnv):
         """async_pool: wait for `group`'s step and return its (obs, reward, terminated,
         truncated, info) for the envs `step_groups[group]`; the statistics count a step once
         every group has reported it."""
+        obs, reward, terminated, truncated, info = self.recv_views(group)
+        if self._views is None:
+            return obs, reward, terminated, truncated, info  # already copies
+        return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), {"final_obs": info["final_obs"].clone()}
+
+    def recv_views(self, group: int) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
+        """`recv`, but the tensors may be views of the shared memory, valid until the group is
+        sent again (as `step_views`)."""
         self._pool.recv(group)
         envs = self.step_groups[group]
-        out = self._results(envs, self._pool_results(envs))
+        if self._views is not None:
+            views = self._group_views[group]
+            out = (views["obs"], views["reward"], views["terminated"], views["truncated"],
+                   {"final_obs": views["final_obs"]})
+            score, done = views["score"], views["done"]
+        else:
+            out, score, done = self._results(self._pool_results(envs))
+        reward_row, score_row, done_row = self._group_stats[group]
+        reward_row.copy_(out[1])  # kept: the group's memory is rewritten once it is sent again
+        score_row.copy_(score)
+        done_row.copy_(done)
         self._group_received[group] = True
         if all(self._group_received):
             self._group_received = [False] * len(self._group_received)
-            self._update_stats()
+            self.stats.update(self._step_stats[0], self._step_stats[1], self._step_stats[2])
         return out
 
     def render(self, index: int = 0) -> np.ndarray:
@@ -302,8 +345,6 @@ class GymVecEnv(VecEnv):
             raise EnvError(f"{self.name} cannot render RGB frames (its render_modes lack 'rgb_array')")
         if self._pool is not None:
             frame = self._pool.render(index)
-        elif isinstance(self._vector_env, SyncVectorEnv):
-            frame = self._vector_env.envs[index].render()
         else:
             frame = self._vector_env.call("render")[index]
         frame = np.asarray(frame)

@@ -227,18 +227,20 @@ def make_vec_env(
     if gym_id.lower() in _ALIASES:
         canonical = _ALIASES[gym_id.lower()]
         gym_id = _GYMNASIUM_IDS[canonical]
+    return make_gymnasium_vec_env(gym_id, num_envs, device, seed, vector_env, num_workers,
+                                  wrappers=list(wrappers or []), env_kwargs=env_kwargs)
+
+
+def make_gymnasium_vec_env(env_id, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None,
+                           vector_env: bool | str | None = None, num_workers: int | str | None = None,
+                           wrappers: list[str] | None = None, env_kwargs: dict | None = None) -> VecEnv:
+    """A Gymnasium id, entry point or env factory (a callable returning a `gymnasium.Env`, as
+    the Python API takes) through the adapter, vectorised as `choose_vectorization` says; the
+    env's `vectorization` attribute says which mode and why (for the log)."""
     from envs.gym_vec import GymVecEnv
 
     mode, why = choose_vectorization(vector_env, num_workers, num_envs)
-    env = GymVecEnv(
-        gym_id,
-        num_envs=num_envs,
-        device=device,
-        seed=seed,
-        mode=mode,
-        num_workers=num_workers,
-        wrappers=list(wrappers or []),
-        env_kwargs=env_kwargs,
-    )
+    env = GymVecEnv(env_id, num_envs=num_envs, device=device, seed=seed, mode=mode, num_workers=num_workers,
+                    wrappers=list(wrappers or []), env_kwargs=env_kwargs or {})
     env.vectorization = f"{env.name}: vectorisation {mode} ({why})"
     return env

@@ -81,6 +81,37 @@ def test_a_gymnasium_env_factory_trains():
         assert model.predict(np.zeros(4, dtype=np.float32), deterministic=True)[0] in (0, 1)
 
 
+def test_an_env_factory_with_workers_runs_in_the_pool_and_trains_the_same():
+    """num_workers > 1 sends the factory (a lambda: cloudpickle) to worker processes; the pool
+    changes where the envs step, not what they do, so the weights match the in-process run."""
+    def make():
+        return gymnasium.make("CartPole-v1")
+
+    settings = dict(num_envs=4, num_steps=32, seed=2, device="cpu")
+    with PPO(lambda: make(), num_workers=2, **settings) as pooled, PPO(make, **settings) as in_process:
+        assert pooled.env.mode == "pool" and pooled.env.num_workers == 2 and len(pooled.env._pool.pids) == 2
+        assert "vectorisation pool" in pooled.env.vectorization and in_process.env.mode == "sync"
+        pooled.learn(total_timesteps=256)
+        in_process.learn(total_timesteps=256)
+        for name, tensor in pooled.policy.state_dict().items():
+            assert torch.equal(tensor, in_process.policy.state_dict()[name]), name
+
+
+def test_an_env_factory_that_cannot_be_pickled_names_the_fix():
+    import threading
+
+    lock = threading.Lock()  # a closure over a lock cannot travel to another process
+
+    def make():
+        with lock:
+            return gymnasium.make("CartPole-v1")
+
+    with pytest.raises(ValueError, match="cannot be sent to the pool's worker processes.*num_workers: 1"):
+        PPO(make, num_envs=4, num_workers=2, device="cpu")
+    with PPO(make, num_envs=4, device="cpu") as model:  # in this process it needs no pickling
+        model.learn(total_timesteps=256)
+
+
 def test_a_callback_returning_false_stops_training():
     with PPO("cartpole", num_envs=16, num_steps=16, seed=1, device="cpu") as model:
         model.learn(total_timesteps=100 * 256, callback=[lambda m, _: None, lambda m, _: m["update"] < 2])

@@ -1,7 +1,8 @@
-"""The shared-memory worker pool (envs/pool.py) behind GymVecEnv modes `pool` / `async_pool`:
-the same steps as Gymnasium's SyncVectorEnv on the same seeds, auto-reset and final
-observations, faults (an exception, a segfault, a hang, the trainer killed) and seeding across
-worker counts; and how make_vec_env / the config choose it."""
+"""The shared-memory worker pool (envs/pool.py) behind GymVecEnv modes `pool` / `async_pool`
+(and `sync`, which runs the workers' loop in this process): the same steps as Gymnasium's
+vector envs on the same seeds, auto-reset and final observations, faults (an exception, a
+segfault, a hang, the trainer killed) and seeding across worker counts; and how make_vec_env /
+the config choose it."""
 from __future__ import annotations
 
 import ctypes
@@ -77,14 +78,16 @@ def trajectory(env: GymVecEnv, actions: torch.Tensor) -> list[torch.Tensor]:
     return seen
 
 
-def test_pool_steps_exactly_like_gymnasium_sync_vector_env():
+def test_pool_steps_exactly_like_gymnasium_vector_envs():
+    """Gymnasium's AsyncVectorEnv (autoreset SAME_STEP, as its SyncVectorEnv) is the reference
+    for our loop, in worker processes (pool, async_pool) and in this process (sync)."""
     actions = random_actions(400, 8)
-    reference = trajectory(GymVecEnv("CartPole-v1", 8, seed=11, mode="sync"), actions)
-    for mode, workers in (("pool", 3), ("async_pool", 2)):
+    reference = trajectory(GymVecEnv("CartPole-v1", 8, seed=11, mode="async"), actions)
+    for mode, workers in (("pool", 3), ("async_pool", 2), ("sync", None)):
         pooled = trajectory(GymVecEnv("CartPole-v1", 8, seed=11, mode=mode, num_workers=workers), actions)
         assert len(pooled) == len(reference)
         for index, (ours, theirs) in enumerate(zip(pooled, reference)):
-            assert torch.equal(ours, theirs), f"{mode}: tensor {index} differs from SyncVectorEnv's"
+            assert torch.equal(ours, theirs), f"{mode}: tensor {index} differs from Gymnasium's"
     assert reference[-1][0] > 50  # episodes did finish, so auto-reset and final_obs were exercised
 
 

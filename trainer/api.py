@@ -10,8 +10,10 @@
 Keyword arguments are the YAML keys (`trainer/config.py`, validated there); a built-in game
 starts from its tuned `configs/<game>.yaml`, as in the studio, any other env from the defaults
 for its kind of actions (`trainer.config.untuned_defaults`). `env` is a name (built-in,
-Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (run through
-Gymnasium's sync vector env), or a `VecEnv` object (used as it is: its num_envs and device).
+Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (vectorised as
+`vector_env` / `num_workers` say: in this process by default, the shared-memory worker pool
+with `num_workers` > 1, for which the callable is sent to the workers with cloudpickle), or a
+`VecEnv` object (used as it is: its num_envs and device).
 
 Nothing is written unless `run_dir` is given: then it is a run folder like the CLI's (config,
 metrics.jsonl, train.log, checkpoints, GIFs, a final model after each `learn`).
@@ -52,9 +54,10 @@ class PPO:
         if isinstance(env, str):
             config = shipped_config(env, settings)
         else:
-            label, env_factory, fixed, action_space = _wrap_env(env)
+            label, make_factory, fixed, action_space = _wrap_env(env)
             base = merge_settings(untuned_defaults(action_space), {"env_name": label, **fixed})
             config = config_from_dict(merge_settings(base, _check_fixed(settings, fixed)))
+            env_factory = make_factory(config)
         self.config: TrainConfig = config
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
         self._bus = EventBus()
@@ -223,26 +226,31 @@ class A2C(PPO):
 # Envs
 
 
-def _wrap_env(env: Any) -> tuple[str, Callable, dict, Any]:
-    """(config env_name label, env factory (num_envs, device, seed) -> VecEnv, keys the env fixes,
-    its single action space)."""
+def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict, Any]:
+    """(config env_name label, config -> env factory (num_envs, device, seed) -> VecEnv, keys
+    the env fixes, its single action space). A Gymnasium env factory is vectorised as the config
+    says (`vector_env`, `num_workers`: the worker pool when num_workers > 1, as for an env given
+    by name)."""
     if _is_vec_env(env):
         def reuse(num_envs, device, seed):
             return env
-        return _label(getattr(env, "name", None), type(env)), reuse, {
+        return _label(getattr(env, "name", None), type(env)), lambda config: reuse, {
             "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}, env.single_action_space
     if callable(env):
-        from envs.gym_vec import GymVecEnv
+        from envs.registry import make_gymnasium_vec_env
 
-        def factory(num_envs, device, seed):
-            return GymVecEnv(env, num_envs, device=device, seed=seed)
+        def make_factory(config: TrainConfig) -> Callable:
+            def factory(num_envs, device, seed):
+                return make_gymnasium_vec_env(env, num_envs, device=device, seed=seed, vector_env=config.vector_env,
+                                              num_workers=config.num_workers)
+            return factory
         probe = env()
         try:
             spec_id = getattr(getattr(probe, "spec", None), "id", None)
             action_space = probe.action_space
         finally:
             probe.close()
-        return _label(spec_id, env), factory, {}, action_space
+        return _label(spec_id, env), make_factory, {}, action_space
     raise ConfigError(f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
                       f"gymnasium.Env, or a VecEnv; got {type(env).__name__}")
 

@@ -169,6 +169,8 @@ class TrainingSession:
         torch.manual_seed(start.network)  # network initialisation: the same on every rank
         make_env = env_factory or config_env_factory(config, log=self._pending_logs.append)
         self.env = make_env(config.num_envs, self.device, start.env)
+        if env_factory is not None and getattr(self.env, "vectorization", None):
+            self._pending_logs.append(self.env.vectorization)  # the config's factory logs it itself
         self.policy_spec = policy_spec(config, self.env)
         self.policy = build_policy(self.policy_spec).to(self.device)
         if context is not None:

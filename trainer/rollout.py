@@ -73,6 +73,9 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
     noise = sample.noise(num_steps, num_envs, generator, buffer.rewards.device)
     if getattr(env, "step_groups", None):
         return _collect_overlapped(env, policy, sample, noise, buffer, next_obs, reward_scaler)
+    # An env that can hand back views of its own memory (the worker pool's shared arrays) saves
+    # a copy of every result per step: each is copied into the buffer before the next step.
+    step = getattr(env, "step_views", env.step)
     steps = zip(noise.unbind(0), buffer.obs.unbind(0), buffer.actions.unbind(0), buffer.rewards.unbind(0),
                 buffer.terminated.unbind(0), buffer.truncated.unbind(0), buffer.final_obs.unbind(0))
     for step_noise, obs_out, action_out, reward_out, terminated_out, truncated_out, final_obs_out in steps:
@@ -80,7 +83,7 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
         obs_out.copy_(obs)
         action = sample(obs, step_noise)
         action_out.copy_(action)
-        next_obs, reward, terminated, truncated, info = env.step(policy.env_action(action))
+        next_obs, reward, terminated, truncated, info = step(policy.env_action(action))
         if reward_scaler is not None:
             reward = reward_scaler.scale(reward, terminated | truncated)
         reward_out.copy_(reward)
@@ -91,7 +94,7 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
             normalizer.accumulate(next_obs)
             final_obs = normalizer.normalize(final_obs)
         final_obs_out.copy_(final_obs)
-    return next_obs
+    return next_obs.clone()  # outlives the rollout, so never a view that the next step rewrites
 
 
 def _collect_overlapped(env, policy: ActorCritic, sample, noise: Tensor, buffer: RolloutBuffer, next_obs: Tensor,
@@ -104,26 +107,33 @@ def _collect_overlapped(env, policy: ActorCritic, sample, noise: Tensor, buffer:
     groups = env.step_groups
     num_steps = buffer.rewards.shape[0]
     next_obs = next_obs.clone()  # filled group by group as the steps come back
+    recv = getattr(env, "recv_views", env.recv)  # views, copied before the group is sent again
+    # Per group, per step: views of the buffer's rows and of next_obs, made once per rollout
+    # (indexing inside the loop would cost a few tensor ops per field and step).
+    fields = (buffer.obs, buffer.actions, buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_obs, noise)
+    group_rows = [[field[:, envs].unbind(0) for field in fields] for envs in groups]
+    group_next_obs = [next_obs[envs] for envs in groups]
     for t in range(num_steps + 1):
-        for group, envs in enumerate(groups):
+        for group, (rows, group_obs) in enumerate(zip(group_rows, group_next_obs)):
+            obs_rows, action_rows, reward_rows, terminated_rows, truncated_rows, final_obs_rows, noise_rows = rows
             if t > 0:  # the group's step t-1 is back: its results into row t-1
-                obs, reward, terminated, truncated, info = env.recv(group)
-                next_obs[envs] = obs
-                buffer.rewards[t - 1, envs] = reward
-                buffer.terminated[t - 1, envs] = terminated
-                buffer.truncated[t - 1, envs] = truncated
-                buffer.final_obs[t - 1, envs] = info["final_obs"]
+                obs, reward, terminated, truncated, info = recv(group)
+                group_obs.copy_(obs)
+                reward_rows[t - 1].copy_(reward)
+                terminated_rows[t - 1].copy_(terminated)
+                truncated_rows[t - 1].copy_(truncated)
+                final_obs_rows[t - 1].copy_(info["final_obs"])
             if t == num_steps:
                 continue
-            obs = next_obs[envs] if normalizer is None else normalizer.normalize(next_obs[envs])
-            buffer.obs[t, envs] = obs
-            action = sample(obs, noise[t, envs])
-            buffer.actions[t, envs] = action
+            obs = group_obs if normalizer is None else normalizer.normalize(group_obs)
+            obs_rows[t].copy_(obs)
+            action = sample(obs, noise_rows[t])
+            action_rows[t].copy_(action)
             env.send(group, policy.env_action(action))
-        if t > 0:  # row t-1 is whole: what `collect_rollout` does per step on all envs
-            row = t - 1
-            done = buffer.terminated[row] | buffer.truncated[row]
+        if t > 0 and (reward_scaler is not None or normalizer is not None):
+            row = t - 1  # row t-1 is whole: what `collect_rollout` does per step on all envs
             if reward_scaler is not None:
+                done = buffer.terminated[row] | buffer.truncated[row]
                 buffer.rewards[row] = reward_scaler.scale(buffer.rewards[row], done)
             if normalizer is not None:
                 normalizer.accumulate(next_obs)
