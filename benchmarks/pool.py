@@ -269,7 +269,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pool", description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", nargs="+", type=int, default=[16, 64, 256], help="num_envs values")
     parser.add_argument("--games", nargs="+", default=["cartpole", "slow"], choices=["cartpole", "slow"])
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per raw measurement")
