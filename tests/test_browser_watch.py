@@ -51,7 +51,6 @@ def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
         assert len(seen) >= 3, "the view should keep streaming new frames"
         score = page.locator("#watch-score").inner_text()
         assert re.search(r"Score \d+", score) and "episode" in score and "step" in score
-        page.screenshot(path=str(tmp_path / "studio-watch.png"), full_page=True)
         page.locator("#watch-stop").click()
         page.wait_for_function("() => !document.querySelector('#watch-frame')", timeout=90_000)
 
