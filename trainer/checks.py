@@ -17,7 +17,7 @@ class ConfigError(ValueError):
     """A configuration value is missing, unknown, of the wrong type or out of range."""
 
 
-def _did_you_mean(word: object, candidates, prefix: str = "") -> str:
+def did_you_mean(word: object, candidates, prefix: str = "") -> str:
     """The one "Did you mean ...?" rule (envs.base.closest_name), imported when a value is refused."""
     from envs.base import did_you_mean
 
@@ -133,7 +133,7 @@ class Choice(Check):
         return self.refuse(key, value)
 
     def refuse(self, key: str, value: Any) -> str:
-        hint = _did_you_mean(value, self.choices)
+        hint = did_you_mean(value, self.choices)
         raise ConfigError(f"{key} must be one of {', '.join(self.choices)}, got {short_repr(value)}.{hint}")
 
 
@@ -158,7 +158,7 @@ class ModelType(Choice):
                 f"model_type {short_repr(value)} looks like a language model; language models are not policies "
                 f"here. The policy is a small network trained from scratch on the game's observations. "
                 f"model_type must be one of: {listing}")
-        hint = _did_you_mean(value, self.choices)
+        hint = did_you_mean(value, self.choices)
         raise ConfigError(f"unknown model_type {short_repr(value)}.{hint} model_type must be one of: {listing}")
 
 

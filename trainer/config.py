@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
-                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, _did_you_mean, short_repr)
+                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, did_you_mean, short_repr)
 from trainer.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
 from trainer.permissions import (CodePermissionError, code_entry_points,  # noqa: F401 (re-exported)
                                  require_code_permission)
@@ -510,7 +510,7 @@ def _section(cls: type, value: Any, name: str, problems: list[str]) -> Any:
 
 def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
     candidates = valid + ([] if prefix else list(KEY_ALIASES))
-    hint = _did_you_mean(name, candidates, prefix)  # `timesteps` -> total_timesteps; `lr_rate` -> nothing
+    hint = did_you_mean(name, candidates, prefix)  # `timesteps` -> total_timesteps; `lr_rate` -> nothing
     if prefix:
         return (f"unknown key {short_repr(prefix + name)}.{hint} The {prefix.rstrip('.')} section takes: "
                 f"{', '.join(valid)}")
