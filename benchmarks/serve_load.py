@@ -16,7 +16,6 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from trainer.launch import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -45,12 +46,6 @@ def untrained_model(folder: Path) -> Path:
                         "policy_state": build_policy(spec).state_dict(),
                         "config": {"env_name": "flappy_bird", "algo": "ppo"}, "global_step": 0},
                        folder / "flappy_bird_ppo_final.pth")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(model: Path, batching: bool) -> tuple[subprocess.Popen, int]:

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from pathlib import Path
 
 import psutil
 import yaml
+
+from trainer.launch import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = [
@@ -59,12 +60,6 @@ def run_headless(config_path: Path, settings: dict, run_dir: Path) -> tuple[floa
         command += ["--set", f"{key}={value}"]
     subprocess.run(command, cwd=REPO, env=ENV, check=True)
     return training_speed(run_dir)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_studio(runs_dir: Path, poll_seconds: float) -> tuple[subprocess.Popen, str]:

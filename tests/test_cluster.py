@@ -18,6 +18,7 @@ import pytest
 
 from trainer.checks import ConfigError
 from trainer.cluster import parse_endpoint, split_cluster_file
+from trainer.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = {"master": {"host": "192.168.1.100", "port": 54321},
@@ -27,14 +28,6 @@ TINY = ["--set", "num_envs=8", "--set", "num_steps=16", "--set", "gif_interval=0
         "--set", "backend=gloo", "--set", "log_interval=1"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", "RL_STUDIO_TOKEN": ""}
 PER_UPDATE = 8 * 16          # steps of one rank per update (TINY)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_guides_cluster_file_is_accepted_with_notes():

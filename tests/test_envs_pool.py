@@ -66,10 +66,12 @@ def random_actions(steps: int, num_envs: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 2, (steps, num_envs), generator=torch.Generator().manual_seed(seed))
 
 
-def trajectory(env: GymVecEnv, actions: torch.Tensor) -> list[torch.Tensor]:
-    """Every tensor the env returns over `actions`, plus its episode summary at the end."""
+def trajectory(env: GymVecEnv, actions: torch.Tensor, pause: float = 0.0) -> list[torch.Tensor]:
+    """Every tensor the env returns over `actions`, plus its episode summary at the end;
+    `pause` seconds of idling before each step."""
     seen = [env.reset(11)]
     for step_actions in actions:
+        time.sleep(pause)
         obs, reward, terminated, truncated, info = env.step(step_actions)
         seen += [obs, reward, terminated, truncated, info["final_obs"]]
     summary = env.stats.drain()
@@ -89,6 +91,41 @@ def test_pool_steps_exactly_like_gymnasium_vector_envs():
         for index, (ours, theirs) in enumerate(zip(pooled, reference)):
             assert torch.equal(ours, theirs), f"{mode}: tensor {index} differs from Gymnasium's"
     assert reference[-1][0] > 50  # episodes did finish, so auto-reset and final_obs were exercised
+
+
+def test_workers_and_learner_wake_each_other_after_waits_longer_than_their_spin():
+    """A pool's two sides spin on a shared counter for a moment (envs/pool.py `_SPIN_S`), then
+    sleep on a semaphore. Pauses between steps (a slow update) put the workers to sleep; a slow
+    env puts the learner to sleep; every step must still come back, the same as without."""
+    actions = random_actions(40, 6, seed=1)
+    reference = trajectory(GymVecEnv("CartPole-v1", 6, seed=2, mode="sync"), actions)
+    for workers, pause in ((1, 0.0), (3, 0.0), (2, 0.02), (3, 0.02)):  # 3 workers on <= 3 cores: the learner sleeps
+        pooled = trajectory(GymVecEnv("CartPole-v1", 6, seed=2, mode="pool", num_workers=workers), actions, pause)
+        assert all(torch.equal(a, b) for a, b in zip(pooled, reference)), (workers, pause)
+    slow = GymVecEnv(lambda: SlowStepEnv(0.02), 2, seed=0, mode="pool", num_workers=2)
+    for _ in range(5):  # each step outlasts the learner's spin
+        obs, *_ = slow.step(torch.zeros(2, dtype=torch.int64))
+    assert obs[:, 0].tolist() == [5.0, 5.0]
+    slow.close()
+
+
+class SlowStepEnv(gymnasium.Env):
+    """Counts its steps in its observation; each step sleeps `seconds`."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.steps = seconds, 0
+        self.observation_space = gymnasium.spaces.Box(0.0, 1e6, shape=(1,), dtype=np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        self.steps += 1
+        return np.full(1, self.steps, dtype=np.float32), 0.0, False, False, {}
 
 
 def test_auto_reset_keeps_the_final_observation_and_the_env_score():

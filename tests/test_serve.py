@@ -2,7 +2,6 @@
 forward pass, tells a client what was wrong with a bad request, and needs a key off loopback."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from fastapi.testclient import TestClient
 from trainer.checkpoint import TrainedModel, atomic_save
 from trainer.models import build_policy, make_policy_spec
 from trainer.serve import ServeError, create_app, start_server
+from trainer.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,12 +148,6 @@ def test_concurrent_clients_share_forward_passes_and_each_gets_its_own_answer(mo
         assert stats.forward_passes < len(requests) / 2 and stats.largest_batch > 3
     finally:
         server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_cli_serves_a_run_folder_and_refuses_a_public_address_without_key(tmp_path, model):

@@ -4,7 +4,6 @@ with their batches together, each rank plays its own envs, and only rank 0 write
 directory; the writer resumes exactly whatever rank number it gets; a run rerun under an elastic
 launcher (a restarted PyTorchJob pod) continues."""
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +12,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from trainer.launch import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 2,
         "total_timesteps": 2 * 8 * 16 * 3, "gif_interval": 0, "backend": "gloo", "device": "cpu", "seed": 5}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 UPDATE = {"update_epochs": 2, "clip_coef": 0.2, "clip_vloss": False, "norm_adv": False, "ent_coef": 0.01,
