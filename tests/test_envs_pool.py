@@ -21,6 +21,7 @@ import torch
 
 from envs import make_vec_env
 from envs.gym_vec import GymVecEnv
+import envs.pool as pool_module
 from envs.pool import EnvWorkerError, resolve_num_workers
 from envs_helpers import ScoringEnv
 from trainer.config import ConfigError, config_from_dict
@@ -93,10 +94,14 @@ def test_pool_steps_exactly_like_gymnasium_vector_envs():
     assert reference[-1][0] > 50  # episodes did finish, so auto-reset and final_obs were exercised
 
 
-def test_workers_and_learner_wake_each_other_after_waits_longer_than_their_spin():
+@pytest.mark.parametrize("stores_in_order", [True, False], ids=["x86: spin, then sleep", "ARM: semaphores only"])
+def test_workers_and_learner_wake_each_other_after_waits_longer_than_their_spin(monkeypatch, stores_in_order):
     """A pool's two sides spin on a shared counter for a moment (envs/pool.py `_SPIN_S`), then
     sleep on a semaphore. Pauses between steps (a slow update) put the workers to sleep; a slow
-    env puts the learner to sleep; every step must still come back, the same as without."""
+    env puts the learner to sleep; every step must still come back, the same as without. Where
+    the CPU may reorder stores (ARM), only the semaphores carry wake-ups (the forked workers
+    inherit the patched flag)."""
+    monkeypatch.setattr(pool_module, "_STORES_IN_ORDER", stores_in_order)
     actions = random_actions(40, 6, seed=1)
     reference = trajectory(GymVecEnv("CartPole-v1", 6, seed=2, mode="sync"), actions)
     for workers, pause in ((1, 0.0), (3, 0.0), (2, 0.02), (3, 0.02)):  # 3 workers on <= 3 cores: the learner sleeps
