@@ -14,6 +14,7 @@ time with the same settings for our PPO and SB3's (64x64 MLPs, CPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -124,7 +125,35 @@ def _raw_stepper(kind: str, env: str, num_envs: int) -> tuple[Callable[[], None]
     raise ValueError(f"unknown vectoriser {kind!r}")
 
 
+ONE_PROCESS_PER_ENV = ("gym_async", "sb3_subproc")
+_process_bytes: dict[tuple[str, str], int] = {}
+
+
+def check_memory(kind: str, env: str, num_envs: int) -> None:
+    """Refuse (MemoryError: the row is skipped) a vectoriser that starts one process per env
+    when that many processes would not fit in the memory available: each process's own memory
+    (USS) is measured once on a 2-env vector, not guessed. SB3's SubprocVecEnv starts its
+    processes with forkserver, so each imports torch anew (about 0.2 GB); 256 of them swap a
+    24 GB machine to a standstill."""
+    if kind not in ONE_PROCESS_PER_ENV:
+        return
+    import psutil
+
+    if (kind, env) not in _process_bytes:
+        vector = _raw_stepper(kind, env, 2)
+        try:
+            children = psutil.Process().children(recursive=True)
+            _process_bytes[kind, env] = max(child.memory_full_info().uss for child in children)
+        finally:
+            vector[1]()
+    needed, available = num_envs * _process_bytes[kind, env], psutil.virtual_memory().available
+    if needed > 0.7 * available:
+        raise MemoryError(f"{num_envs} processes of {_process_bytes[kind, env] / 2**30:.2f} GB each need "
+                          f"{needed / 2**30:.1f} GB; {available / 2**30:.1f} GB are available")
+
+
 def raw_steps_per_second(kind: str, env: str, num_envs: int, seconds: float) -> float:
+    check_memory(kind, env, num_envs)
     step, close = _raw_stepper(kind, env, num_envs)
     try:
         for _ in range(3):  # warm up: first episodes, page faults
@@ -142,6 +171,7 @@ def raw_steps_per_second(kind: str, env: str, num_envs: int, seconds: float) -> 
 
 
 def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> float:
+    check_memory(kind, env, num_envs)
     total = num_envs * PPO_SETTINGS["num_steps"] * rollouts
     batch = num_envs * PPO_SETTINGS["num_steps"]
     minibatch = min(PPO_SETTINGS["mini_batch_size"], batch)
@@ -171,6 +201,83 @@ def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> f
     steps = model.last_result.step
     vec.close()
     return steps / seconds
+
+
+# ----------------------------------------------------------------------------- where the time goes
+
+PHASE_KINDS = ("pool", "sync", "sb3_dummy")
+
+
+@contextlib.contextmanager
+def _timed(owner: Any, names: dict[str, str], seconds: dict[str, float]):
+    """Wrap `owner`'s functions `names` (attribute -> phase) with timers adding into `seconds`."""
+    originals = {name: getattr(owner, name) for name in names}
+    own = {name for name in names if name in vars(owner)}  # the rest are inherited: restored by deleting
+
+    def timer(name: str, phase: str) -> Callable:
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                seconds[phase] += time.perf_counter() - start
+        return timed
+
+    for name, phase in names.items():
+        setattr(owner, name, timer(name, phase))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            if name in own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+
+def ppo_phases(kind: str, env: str, num_envs: int, rollouts: int) -> dict[str, float]:
+    """PPO end to end as `ppo_steps_per_second` measures it, split into its two phases, in
+    microseconds per vector step: collecting (env steps and the policy's actions) and learning
+    (scoring the rollout, advantages and the update); with `steps_per_second`."""
+    seconds = {"collect": 0.0, "learn": 0.0}
+    if kind.startswith("sb3"):
+        from stable_baselines3 import PPO as SB3PPO
+
+        phases = _timed(SB3PPO, {"collect_rollouts": "collect", "train": "learn"}, seconds)
+    else:
+        import trainer.loop
+
+        phases = _timed(trainer.loop, {"collect_rollout": "collect", "score_rollout": "learn",
+                                       "ppo_update": "learn"}, seconds)
+    with phases:
+        rate = ppo_steps_per_second(kind, env, num_envs, rollouts)
+    vector_steps = rollouts * PPO_SETTINGS["num_steps"]
+    return {"steps_per_second": rate, **{phase: 1e6 * value / vector_steps for phase, value in seconds.items()}}
+
+
+def phases_markdown(rows: list[dict]) -> str:
+    """Per num_envs: each phase's microseconds per vector step, and SB3's time over ours."""
+    lines = ["**Where the time goes (PPO, microseconds per vector step; medians of the rounds)**", "",
+             "| env | num_envs | vectoriser | collect | learn | steps/s | SB3 / ours: collect | learn | total |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["env"], row["num_envs"], row["kind"]), []).append(row)
+
+    def median(key: tuple, field: str) -> float:
+        return float(np.median([row[field] for row in groups[key]]))
+
+    for (env, num_envs, kind) in groups:
+        key, peer = (env, num_envs, kind), (env, num_envs, "sb3_dummy")
+        cells = [env, str(num_envs), LABELS[kind], f"{median(key, 'collect'):,.0f}", f"{median(key, 'learn'):,.0f}",
+                 f"{median(key, 'steps_per_second'):,.0f}"]
+        if peer in groups and kind != "sb3_dummy":
+            cells += [f"{median(peer, field) / median(key, field):.2f}x" for field in ("collect", "learn")]
+            cells.append(f"{median(key, 'steps_per_second') / median(peer, 'steps_per_second'):.2f}x")
+        else:
+            cells += ["-", "-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- the table
@@ -211,7 +318,7 @@ def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_
                 try:
                     rate = (raw_steps_per_second(kind, env, num_envs, seconds) if measure == "raw"
                             else ppo_steps_per_second(kind, env, num_envs, rollouts))
-                except (ImportError, NotImplementedError) as error:
+                except (ImportError, NotImplementedError, MemoryError) as error:
                     print(f"  {measure} {env} {num_envs} {kind}: skipped ({error})", flush=True)
                     skipped.add((measure, kind))
                     continue
@@ -270,7 +377,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pool", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", nargs="+", type=int, default=[16, 64, 256], help="num_envs values")
+    parser.add_argument("--envs", nargs="+", type=int, default=[16, 32, 64, 256], help="num_envs values")
     parser.add_argument("--games", nargs="+", default=["cartpole", "slow"], choices=["cartpole", "slow"])
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per raw measurement")
     parser.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per end-to-end measurement")
@@ -279,9 +386,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios)")
     parser.add_argument("--kinds", nargs="+", choices=sorted(set(RAW_KINDS) | set(PPO_KINDS)),
                         help="only these vectorisers (default: all)")
+    parser.add_argument("--phases", action="store_true",
+                        help="instead: PPO's time per vector step split into collect / learn, ours (pool, sync) "
+                             "against SB3 (DummyVecEnv), `--repeat` rounds")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the learner's share; the cores are the workers'
+    if args.phases:
+        return phases_main(args)
     results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo, args.repeat, args.kinds)
     from benchmarks.contender import write_json_atomic
 
@@ -289,6 +401,27 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(args.out, results)
     print(f"\n{results['cores']} usable cores, load {results['load_before']:.1f} -> {results['load_after']:.1f}\n")
     print(markdown(results))
+    return 0
+
+
+def phases_main(args: argparse.Namespace) -> int:
+    rows = []
+    for env in args.games:
+        for num_envs in args.envs:
+            for round_ in range(args.repeat):
+                for kind in [kind for kind in PHASE_KINDS if args.kinds is None or kind in args.kinds]:
+                    row = {"env": env, "num_envs": num_envs, "kind": kind, "round": round_,
+                           **ppo_phases(kind, env, num_envs, args.rollouts)}
+                    rows.append(row)
+                    print(f"  phases {env} {num_envs:>4} {LABELS[kind]:<26} collect {row['collect']:>7,.0f} us  "
+                          f"learn {row['learn']:>7,.0f} us  {row['steps_per_second']:>8,.0f} steps/s", flush=True)
+    from benchmarks.contender import write_json_atomic
+
+    out = args.out.with_name(args.out.stem + "_phases.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out, {"cores": cores(), "ppo_settings": PPO_SETTINGS, "rollouts": args.rollouts, "rows": rows})
+    print()
+    print(phases_markdown(rows))
     return 0
 
 

@@ -128,3 +128,40 @@ def test_report_keeps_every_figure_when_matplotlib_is_missing(tmp_path, monkeypa
     assert [path.name for path in written] == ["results.json", "results.md"]
     assert json.loads((tmp_path / "results.json").read_text()) == results
     assert "plots skipped" in capsys.readouterr().out
+
+
+@pytest.fixture
+def torch_threads_restored():
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)  # the benchmark sets one thread for the learner
+
+
+def test_pool_benchmark_measures_every_vectoriser_and_splits_the_phases(tmp_path, capsys, torch_threads_restored):
+    """benchmarks/pool.py on a minuscule budget: the raw and PPO tables hold a figure for each
+    vectoriser asked for (SlowEnv also as a share of its physical limit), and `--phases` splits
+    each PPO run into collect / learn for ours and SB3, with SB3's time over ours."""
+    from benchmarks import pool
+
+    out = tmp_path / "pool.json"
+    assert pool.main(["--games", "slow", "--envs", "4", "--seconds", "0.2", "--rollouts", "1",
+                      "--kinds", "pool", "sync", "gym_async", "sb3_dummy", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(row["measure"], row["kind"]) for row in rows} == {
+        ("raw", "pool"), ("raw", "sync"), ("raw", "gym_async"),
+        ("ppo", "pool"), ("ppo", "sync"), ("ppo", "gym_async"), ("ppo", "sb3_dummy")}
+    assert all(row["steps_per_second"] > 0 and row["limit"] > 0 for row in rows)
+    printed = capsys.readouterr().out
+    pool_rows = [line for line in printed.splitlines() if line.startswith("| slow | 4 | ours: pool |")]
+    assert len(pool_rows) == 2 and all(line.endswith("% |") for line in pool_rows)  # raw and PPO, share of the limit
+
+    assert pool.main(["--phases", "--games", "cartpole", "--envs", "4", "--rollouts", "1",
+                      "--kinds", "sync", "sb3_dummy", "--out", str(out)]) == 0
+    phases = json.loads((tmp_path / "pool_phases.json").read_text())["rows"]
+    assert {row["kind"] for row in phases} == {"sync", "sb3_dummy"}
+    assert all(row["collect"] > 0 and row["learn"] > 0 for row in phases)
+    table = capsys.readouterr().out.split("Where the time goes")[1]
+    ours = next(line for line in table.splitlines() if "ours: sync" in line)
+    assert ours.count("x |") == 3  # SB3 / ours for collect, learn and in all

@@ -94,6 +94,32 @@ def test_pool_steps_exactly_like_gymnasium_vector_envs():
     assert reference[-1][0] > 50  # episodes did finish, so auto-reset and final_obs were exercised
 
 
+def test_pool_steps_exactly_like_gymnasiums_sync_vector_env():
+    """The protocol against Gymnasium's own SyncVectorEnv (autoreset SAME_STEP), stepped here
+    by hand on the same seeds and actions: observations, rewards, end flags and, where an
+    episode ended, the observation it ended on (Gymnasium's info["final_obs"])."""
+    actions = random_actions(300, 8, seed=4)
+    theirs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 8,
+                                            autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+    ours = GymVecEnv("CartPole-v1", 8, seed=11, mode="pool", num_workers=3)
+    their_obs, _ = theirs.reset(seed=11)
+    assert np.array_equal(ours.reset(11).numpy(), their_obs)
+    endings = 0
+    for step_actions in actions:
+        obs, reward, terminated, truncated, info = ours.step(step_actions)
+        their_obs, their_reward, their_terminated, their_truncated, their_info = theirs.step(step_actions.numpy())
+        assert np.array_equal(obs.numpy(), their_obs)
+        assert np.array_equal(reward.numpy(), their_reward.astype(np.float32))
+        assert np.array_equal(terminated.numpy(), their_terminated)
+        assert np.array_equal(truncated.numpy(), their_truncated)
+        for env in np.flatnonzero(their_terminated | their_truncated):
+            assert np.array_equal(info["final_obs"][env].numpy(), their_info["final_obs"][env])
+            endings += 1
+    assert endings > 50  # auto-resets happened
+    ours.close()
+    theirs.close()
+
+
 @pytest.mark.parametrize("stores_in_order", [True, False], ids=["x86: spin, then sleep", "ARM: semaphores only"])
 def test_workers_and_learner_wake_each_other_after_waits_longer_than_their_spin(monkeypatch, stores_in_order):
     """A pool's two sides spin on a shared counter for a moment (envs/pool.py `_SPIN_S`), then
