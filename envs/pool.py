@@ -420,7 +420,8 @@ class WorkerPool:
         payload = _pickled_env_fn(env_fn)
         semaphores = [(ctx.Semaphore(0), ctx.Semaphore(0)) for _ in range(num_workers)]
         # The learner spins for its workers only on a core of its own: spinning on one that a
-        # worker needs would slow the very step it waits for (measured: PPO 25% slower, 2 workers on 2 cores).
+        # worker needs slows the very step it waits for (measured under PPO, 2 workers on 2 cores, 64 envs:
+        # a step took 1.2 ms instead of 0.9).
         learner_spin = _SPIN_S if num_workers < available_cores() else 0.0
         self._go, self._done = zip(*(self.shared.doorbells(w, *pair, learner_spin=learner_spin)
                                      for w, pair in enumerate(semaphores)))

@@ -38,8 +38,14 @@ def wait_for(condition, timeout: float, what: str):
 
 
 def events(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The run's events so far: none before the trainer makes metrics.jsonl (it takes owner.json
+    first), and never a line it is still writing."""
+    try:
+        text = (run_dir / "metrics.jsonl").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    whole = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def exited(pid: int) -> bool:
