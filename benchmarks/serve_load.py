@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.launch import free_port
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from trainer.launch import free_port  # noqa: E402  (after the path: the script runs from any folder)
 
 
 def untrained_model(folder: Path) -> Path:

@@ -130,7 +130,8 @@ def test_workers_and_learner_wake_each_other_after_waits_longer_than_their_spin(
     monkeypatch.setattr(pool_module, "_STORES_IN_ORDER", stores_in_order)
     actions = random_actions(40, 6, seed=1)
     reference = trajectory(GymVecEnv("CartPole-v1", 6, seed=2, mode="sync"), actions)
-    for workers, pause in ((1, 0.0), (3, 0.0), (2, 0.02), (3, 0.02)):  # 3 workers on <= 3 cores: the learner sleeps
+    # 1 worker on 2 cores: the learner watches; 3 workers on up to 3 cores leave it none: it sleeps
+    for workers, pause in ((1, 0.0), (3, 0.0), (2, 0.02), (3, 0.02)):
         pooled = trajectory(GymVecEnv("CartPole-v1", 6, seed=2, mode="pool", num_workers=workers), actions, pause)
         assert all(torch.equal(a, b) for a, b in zip(pooled, reference)), (workers, pause)
     slow = GymVecEnv(lambda: SlowStepEnv(0.02), 2, seed=0, mode="pool", num_workers=2)
