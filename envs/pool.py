@@ -4,7 +4,7 @@ stepping its own slice of the `num_envs` copies in a loop.
 Gymnasium's `AsyncVectorEnv` starts one process per env and pickles every step's results
 through a pipe; here the actions, observations, rewards and done flags live in shared memory
 (`multiprocessing.RawArray`, one block per array), and a step is one wake-up each way per
-worker (`_Doorbell`: a counter in shared memory that the other side spins on for a moment, then
+worker (`envs/doorbell.py`: a counter in shared memory that the other side spins on for a moment, then
 a semaphore to sleep on), so a step costs microseconds of signalling rather than a scheduler
 round trip. A worker auto-resets a finished env itself, keeping the observation the episode
 ended on in `final_obs`, so the learner never waits for a second round trip.
@@ -31,7 +31,6 @@ import faulthandler
 import math
 import multiprocessing
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -45,24 +44,13 @@ import cloudpickle
 import numpy as np
 
 from envs.base import EnvConfigError, EnvError
+from envs.doorbell import SPIN_S, Doorbell
 
 # Commands a worker reads from the shared `command` slot when woken.
 _STEP, _RESET, _RENDER, _CLOSE = 1, 2, 3, 4
 _OK, _FAILED = 0, 1
 # How often a waiting learner checks that its workers are still alive (seconds).
 _LIVENESS_POLL_S = 0.2
-# A waiting side spins (yielding its core) this long before it sleeps: long enough to cover a
-# step of a fast env and the learner's work between two steps, so neither side pays the
-# scheduler's wake-up (tens of microseconds each way in a VM), short enough that a long wait
-# (a slow env, the PPO update) costs a sliver of a core.
-_SPIN_S = 0.002
-# A sleeper's first nap is this short: the bound on a wake-up that crossed its "I am going to
-# sleep" flag in the CPUs' store buffers (after it, every ring sees the flag).
-_MISSED_WAKE_S = 0.005
-# Spinning on a counter is only safe where other cores see a core's stores in the order it made
-# them (x86's total store order: the results are written before the counter says so). Elsewhere
-# (ARM) every wake-up goes through the semaphore, whose operations are memory barriers.
-_STORES_IN_ORDER = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 DEFAULT_STEP_TIMEOUT_S = 60.0
 
 
@@ -136,7 +124,7 @@ class _Shared:
             "score": ((num_envs,), np.float32),
             "seeds": ((num_envs,), np.int64),        # -1: reset without a seed
             "command": ((num_workers,), np.int32),
-            # `_Doorbell`s: learner -> worker (a command is waiting) and worker -> learner (done)
+            # `Doorbell`s: learner -> worker (a command is waiting) and worker -> learner (done)
             "go_count": ((num_workers,), np.int64),
             "go_sleeping": ((num_workers,), np.int32),
             "done_count": ((num_workers,), np.int64),
@@ -158,56 +146,10 @@ class _Shared:
             setattr(self, name, np.frombuffer(self.raw[name], dtype=dtype, count=count).reshape(shape))
 
     def doorbells(self, worker: int, go_semaphore, done_semaphore,
-                  learner_spin: float = _SPIN_S) -> tuple["_Doorbell", "_Doorbell"]:
+                  learner_spin: float = SPIN_S) -> tuple[Doorbell, Doorbell]:
         """Worker `worker`'s two doorbells: (go: learner -> worker, done: worker -> learner)."""
-        return (_Doorbell(self.go_count, self.go_sleeping, worker, go_semaphore),
-                _Doorbell(self.done_count, self.done_sleeping, worker, done_semaphore, spin=learner_spin))
-
-
-class _Doorbell:
-    """One direction of wake-ups between the learner and one worker. The waker bumps a counter
-    in shared memory (`ring`); the waiter (`wait`) spins on it, yielding its core, for up to
-    `_SPIN_S`, and only then raises its `sleeping` flag and blocks on a semaphore, which the
-    waker releases when it sees the flag. A release that finds the waiter already awake leaves
-    the semaphore one count ahead: the next blocking wait wakes early, sees the counter
-    unchanged, and blocks again. Without `_STORES_IN_ORDER`, every ring releases the semaphore
-    and every wait takes it."""
-
-    def __init__(self, counts: np.ndarray, sleeping: np.ndarray, index: int, semaphore, spin: float = _SPIN_S):
-        self.counts, self.sleeping, self.index, self.semaphore = counts, sleeping, index, semaphore
-        self.spin = spin
-
-    def ring(self, count: int) -> None:
-        self.counts[self.index] = count
-        if self.sleeping[self.index] or not _STORES_IN_ORDER:
-            self.semaphore.release()
-
-    def wait(self, count: int, timeout: float) -> bool:
-        """Until the counter reads `count`: True, or False after about `timeout` seconds."""
-        if not _STORES_IN_ORDER:  # one release per ring: take it
-            return self.semaphore.acquire(timeout=timeout)
-        counts, index = self.counts, self.index
-        clock, spin_end = time.perf_counter, time.perf_counter() + self.spin
-        while counts[index] != count:
-            if clock() > spin_end:
-                return self._sleep_until(count, spin_end + timeout)
-            os.sched_yield()
-        return True
-
-    def _sleep_until(self, count: int, deadline: float) -> bool:
-        counts, index = self.counts, self.index
-        self.sleeping[index] = 1
-        nap = _MISSED_WAKE_S
-        try:
-            while counts[index] != count:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    return False
-                self.semaphore.acquire(timeout=min(remaining, nap))
-                nap = remaining  # the flag is seen by now: later naps last until a ring or the deadline
-            return True
-        finally:
-            self.sleeping[index] = 0
+        return (Doorbell(self.go_count, self.go_sleeping, worker, go_semaphore),
+                Doorbell(self.done_count, self.done_sleeping, worker, done_semaphore, spin=learner_spin))
 
 
 def episode_scores(running: np.ndarray, reward: np.ndarray, done: np.ndarray, env_score: np.ndarray,
@@ -422,7 +364,7 @@ class WorkerPool:
         # The learner spins for its workers only on a core of its own: spinning on one that a
         # worker needs slows the very step it waits for (measured under PPO, 2 workers on 2 cores, 64 envs:
         # a step took 1.2 ms instead of 0.9).
-        learner_spin = _SPIN_S if num_workers < available_cores() else 0.0
+        learner_spin = SPIN_S if num_workers < available_cores() else 0.0
         self._go, self._done = zip(*(self.shared.doorbells(w, *pair, learner_spin=learner_spin)
                                      for w, pair in enumerate(semaphores)))
         self._commands = [1] * num_workers  # commands sent to each worker; building its envs is the first

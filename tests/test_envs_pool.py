@@ -21,7 +21,7 @@ import torch
 
 from envs import make_vec_env
 from envs.gym_vec import GymVecEnv
-import envs.pool as pool_module
+import envs.doorbell
 from envs.pool import EnvWorkerError, resolve_num_workers
 from envs_helpers import ScoringEnv
 from trainer.config import ConfigError, config_from_dict
@@ -122,12 +122,12 @@ def test_pool_steps_exactly_like_gymnasiums_sync_vector_env():
 
 @pytest.mark.parametrize("stores_in_order", [True, False], ids=["x86: spin, then sleep", "ARM: semaphores only"])
 def test_workers_and_learner_wake_each_other_after_waits_longer_than_their_spin(monkeypatch, stores_in_order):
-    """A pool's two sides spin on a shared counter for a moment (envs/pool.py `_SPIN_S`), then
+    """A pool's two sides spin on a shared counter for a moment (envs/doorbell.py `SPIN_S`), then
     sleep on a semaphore. Pauses between steps (a slow update) put the workers to sleep; a slow
     env puts the learner to sleep; every step must still come back, the same as without. Where
     the CPU may reorder stores (ARM), only the semaphores carry wake-ups (the forked workers
     inherit the patched flag)."""
-    monkeypatch.setattr(pool_module, "_STORES_IN_ORDER", stores_in_order)
+    monkeypatch.setattr(envs.doorbell, "STORES_IN_ORDER", stores_in_order)
     actions = random_actions(40, 6, seed=1)
     reference = trajectory(GymVecEnv("CartPole-v1", 6, seed=2, mode="sync"), actions)
     # 1 worker on 2 cores: the learner watches; 3 workers on up to 3 cores leave it none: it sleeps
