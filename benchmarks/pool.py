@@ -71,7 +71,7 @@ def env_fn(env: str) -> Callable[[], gymnasium.Env]:
 
 
 def cores() -> int:
-    from envs.pool import available_cores
+    from envs.cores import available_cores
 
     return available_cores()
 

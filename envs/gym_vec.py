@@ -26,7 +26,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from torch import Tensor
 
 from envs.base import EnvConfigError, EnvError, UnknownEnvError, VecEnv
-from envs.pool import DEFAULT_STEP_TIMEOUT_S, LocalEnvs, WorkerPool, episode_scores, resolve_num_workers
+from envs.cores import resolve_num_workers
+from envs.pool import DEFAULT_STEP_TIMEOUT_S, LocalEnvs, WorkerPool, episode_scores
 
 MODES = ("sync", "async", "pool", "async_pool")
 

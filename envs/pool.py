@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
-import math
 import multiprocessing
 import os
 import signal
@@ -36,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 import traceback
 from typing import Callable, Sequence
 
@@ -44,6 +42,7 @@ import cloudpickle
 import numpy as np
 
 from envs.base import EnvConfigError, EnvError
+from envs.cores import available_cores
 from envs.doorbell import SPIN_S, Doorbell
 
 # Commands a worker reads from the shared `command` slot when woken.
@@ -56,49 +55,6 @@ DEFAULT_STEP_TIMEOUT_S = 60.0
 
 class EnvWorkerError(EnvError):
     """A pool worker raised, died or hung; the message names the worker, its envs and the cause."""
-
-
-def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
-    """The CPUs the container may use (`docker run --cpus=2` -> 2.0): cgroup v2 `cpu.max`
-    ("200000 100000"), else v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`; None when unlimited or
-    unreadable."""
-    try:
-        quota, period = (Path(root) / "cpu.max").read_text().split()[:2]
-        if quota != "max" and float(period) > 0:
-            return float(quota) / float(period)
-        return None
-    except (OSError, ValueError):
-        pass
-    for folder in (Path(root) / "cpu,cpuacct", Path(root) / "cpu", Path(root)):
-        try:
-            quota = float((folder / "cpu.cfs_quota_us").read_text())
-            period = float((folder / "cpu.cfs_period_us").read_text())
-        except (OSError, ValueError):
-            continue
-        return quota / period if quota > 0 and period > 0 else None
-    return None
-
-
-def available_cores() -> int:
-    """The CPU cores this process may use: its affinity mask (not the machine's count), capped by
-    the container's CPU quota (rounded up: 1.5 CPUs keep two threads busy half the time)."""
-    try:
-        cores = max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS / Windows have no affinity mask
-        cores = max(1, os.cpu_count() or 1)
-    quota = cgroup_cpu_quota()
-    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
-
-
-def resolve_num_workers(num_workers: "int | str | None", num_envs: int) -> int:
-    """`auto` -> the usable cores; never more workers than envs."""
-    if num_workers is None or (isinstance(num_workers, str) and num_workers.strip().lower() == "auto"):
-        count = available_cores()
-    elif isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
-        raise EnvConfigError(f"num_workers must be a positive integer or 'auto', got {num_workers!r}")
-    else:
-        count = int(num_workers)
-    return max(1, min(count, num_envs))
 
 
 def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:

@@ -153,7 +153,7 @@ VECTOR_ENV_MODES = ("sync", "async", "pool", "async_pool")
 def choose_vectorization(vector_env: bool | str | None, num_workers: int | str | None,
                          num_envs: int) -> tuple[str, str]:
     """(mode, why) for a Gymnasium env: the pool whenever worker processes are asked for."""
-    from envs.pool import available_cores, resolve_num_workers
+    from envs.cores import available_cores, resolve_num_workers
 
     if isinstance(vector_env, str):
         mode = vector_env.strip().lower()

@@ -22,7 +22,8 @@ import torch
 from envs import make_vec_env
 from envs.gym_vec import GymVecEnv
 import envs.doorbell
-from envs.pool import EnvWorkerError, resolve_num_workers
+from envs.cores import resolve_num_workers
+from envs.pool import EnvWorkerError
 from envs_helpers import ScoringEnv
 from trainer.config import ConfigError, config_from_dict
 

@@ -6,8 +6,8 @@ import os
 
 import torch
 
-from envs import pool
-from envs.pool import available_cores, cgroup_cpu_quota
+from envs import cores
+from envs.cores import available_cores, cgroup_cpu_quota
 from trainer.config import load_config
 from trainer.setup import set_threads
 
@@ -35,17 +35,17 @@ def test_no_cgroup_files_means_no_quota(tmp_path):
 
 def test_usable_cores_are_the_affinity_capped_by_the_quota(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    monkeypatch.setattr(pool, "cgroup_cpu_quota", lambda: 1.5)
+    monkeypatch.setattr(cores, "cgroup_cpu_quota", lambda: 1.5)
     assert available_cores() == 2
-    monkeypatch.setattr(pool, "cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(cores, "cgroup_cpu_quota", lambda: None)
     assert available_cores() == 64
-    monkeypatch.setattr(pool, "cgroup_cpu_quota", lambda: 0.2)
+    monkeypatch.setattr(cores, "cgroup_cpu_quota", lambda: 0.2)
     assert available_cores() == 1
 
 
 def test_a_cnn_trains_on_as_many_threads_as_the_quota_allows(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    monkeypatch.setattr(pool, "cgroup_cpu_quota", lambda: 2.0)
+    monkeypatch.setattr(cores, "cgroup_cpu_quota", lambda: 2.0)
     before = torch.get_num_threads()
     try:
         set_threads(load_config(None, ["model_type=ppo-cnn", "env_name=snake"]), torch.device("cpu"))

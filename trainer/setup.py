@@ -49,7 +49,7 @@ def set_threads(config: TrainConfig, device: torch.device, world_size: int = 1) 
         # Small MLPs are launch-bound: one thread is as fast as two and leaves a core free.
         # A CNN gets the cores this process may use (its CPU quota under `docker run --cpus`, not
         # the host's count that torch would take: threads beyond the quota are throttled, not run).
-        from envs.pool import available_cores
+        from envs.cores import available_cores
 
         threads = 1 if config.model_type != "ppo-cnn" or world_size > 1 else available_cores()
     if threads:
