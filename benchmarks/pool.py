@@ -1,8 +1,9 @@
 """Python envs at full speed: our shared-memory worker pool (envs/pool.py) against Gymnasium's
 and Stable-Baselines3's vector envs, raw and under PPO.
 
-    python -m benchmarks.pool                       # the README table (a few minutes on 2 cores)
-    python -m benchmarks.pool --envs 16 64 --seconds 1 --skip-ppo   # a quick look
+    python -m benchmarks.pool --repeat 3 --rollouts 4   # the README tables (35 minutes on 2 cores)
+    python -m benchmarks.pool --quick                # the goals only: 32 and 64 envs (a few minutes)
+    python -m benchmarks.pool --envs 16 64 --seconds 1 --skip-ppo   # raw steps/s only
 
 Two envs: Gymnasium's CartPole-v1 (a few microseconds of physics, so the vectoriser's own cost
 shows) and `SlowEnv`, a pure-Python game that burns `STEP_CPU_SECONDS` of CPU per step (a
@@ -28,6 +29,7 @@ import torch
 
 STEP_CPU_SECONDS = 300e-6
 RESULTS = Path(__file__).resolve().parent / "results" / "pool.json"
+QUICK_RESULTS = RESULTS.with_name("pool_quick.json")  # --quick never overwrites the full run's figures
 RAW_KINDS = ("pool", "async_pool", "sync", "gym_sync", "gym_async", "sb3_subproc", "envpool")
 PPO_KINDS = ("pool", "async_pool", "sync", "gym_async", "sb3_dummy", "sb3_subproc")
 LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "sync": "ours: sync (in-process)",
@@ -35,6 +37,15 @@ LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "sync": "ours:
           "gym_async": "Gymnasium AsyncVectorEnv", "sb3_subproc": "SB3 SubprocVecEnv",
           "sb3_dummy": "SB3 DummyVecEnv", "envpool": "EnvPool (C++)"}
 PPO_SETTINGS = {"num_steps": 64, "mini_batch_size": 512, "update_epochs": 2}
+# The goals on a 2-core machine (README): (what, measure, env, vectoriser, peer or "limit", at least),
+# each at GOAL_ENVS envs.
+GOALS = (("SlowEnv raw: share of the physical limit", "raw", "slow", "pool", "limit", 0.80),
+         ("SlowEnv raw: x Gymnasium AsyncVectorEnv", "raw", "slow", "pool", "gym_async", 1.4),
+         ("CartPole PPO end to end: x SB3 DummyVecEnv", "ppo", "cartpole", "pool", "sb3_dummy", 3.0))
+GOAL_ENVS = (32, 64)
+# `--quick`: what the goals compare (README), at the sizes they name, with 3 PPO rounds.
+QUICK = {"envs": [32, 64], "seconds": 1.0, "repeat": 3,
+         "kinds": ["pool", "sync", "gym_async", "sb3_dummy"]}
 
 
 class SlowEnv(gymnasium.Env):
@@ -339,6 +350,39 @@ def _spread(values: list[float], digits: int = 2, percent: bool = False) -> str:
     return show(median) if len(values) == 1 else f"{show(median)} [{show(min(values))}-{show(max(values))}]"
 
 
+def _ratios(rows: list[dict], measure: str, env: str, num_envs: int, kind: str, peer: str) -> list[float]:
+    """`kind`'s steps/s over the peer's, one ratio per round (each against the peer measured in
+    the same round); peer "limit": the share of the physical limit."""
+    found = []
+    for row in rows:
+        if (row["measure"], row["env"], row["num_envs"], row["kind"]) != (measure, env, num_envs, kind):
+            continue
+        if peer == "limit":
+            found.append(row["steps_per_second"] / row["limit"])
+            continue
+        peer_rate = next((other["steps_per_second"] for other in rows
+                          if (other["measure"], other["env"], other["num_envs"], other["kind"]) == (measure, env, num_envs, peer)
+                          and other.get("round", 0) == row.get("round", 0)), None)
+        if peer_rate:
+            found.append(row["steps_per_second"] / peer_rate)
+    return found
+
+
+def goals_markdown(results: dict[str, Any]) -> str:
+    """The issue's goals against this run's figures (medians of the rounds)."""
+    lines = ["**The goals** (medians, [min-max] of the rounds)", "",
+             "| goal | at least | " + " | ".join(f"{count} envs" for count in GOAL_ENVS) + " |",
+             "|---|---|" + "---|" * len(GOAL_ENVS)]
+    for what, measure, env, kind, peer, least in GOALS:
+        cells = [what, f"{100 * least:.0f}%" if peer == "limit" else f"{least}x"]
+        for num_envs in GOAL_ENVS:
+            found = _ratios(results["rows"], measure, env, num_envs, kind, peer)
+            verdict = "met" if found and float(np.median(found)) >= least else "not met"
+            cells.append(f"{_spread(found, percent=peer == 'limit')}: {verdict}" if found else "not measured")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + [""])
+
+
 def markdown(results: dict[str, Any]) -> str:
     """One table per measure: steps/s, x Gymnasium AsyncVectorEnv, x SB3 DummyVecEnv (PPO), and
     for SlowEnv % of the limit. With repeated rounds: the median of each, and [min-max] of the
@@ -356,20 +400,12 @@ def markdown(results: dict[str, Any]) -> str:
         for row in chosen:
             groups.setdefault((row["env"], row["num_envs"], row["kind"]), []).append(row)
         for (env, num_envs, kind), runs in groups.items():
-            def ratios(peer_kind: str) -> list[float]:
-                found = []
-                for run_ in runs:
-                    peer = next((r["steps_per_second"] for r in chosen if r["env"] == env and r["num_envs"] == num_envs
-                                 and r["kind"] == peer_kind and r.get("round", 0) == run_.get("round", 0)), None)
-                    if peer:
-                        found.append(run_["steps_per_second"] / peer)
-                return found
-            rates = [run_["steps_per_second"] for run_ in runs]
-            cells = [env, str(num_envs), LABELS[kind], _spread(rates, 0)]
+            ratios = functools.partial(_ratios, rows, measure, env, num_envs, kind)  # (peer) -> per-round ratios
+            cells = [env, str(num_envs), LABELS[kind], _spread([run_["steps_per_second"] for run_ in runs], 0)]
             cells += [_spread(found) if (found := ratios("gym_async")) else "-"]
             if measure == "ppo":
                 cells += [_spread(found) if (found := ratios("sb3_dummy")) else "-"]
-            cells += [_spread([rate / runs[0]["limit"] for rate in rates], percent=True) if env == "slow" else "-"]
+            cells += [_spread(ratios("limit"), percent=True) if env == "slow" else "-"]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -377,20 +413,30 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pool", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", nargs="+", type=int, default=[16, 32, 64, 256], help="num_envs values")
+    parser.add_argument("--quick", action="store_true",
+                        help="the goals only: " + " ".join(
+                            f"--{name} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+                            for name, value in QUICK.items()) + " (options given as well take precedence)")
+    parser.add_argument("--envs", nargs="+", type=int, help="num_envs values (default: 16 32 64 256)")
     parser.add_argument("--games", nargs="+", default=["cartpole", "slow"], choices=["cartpole", "slow"])
-    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per raw measurement")
+    parser.add_argument("--seconds", type=float, help="seconds per raw measurement (default: 2)")
     parser.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per end-to-end measurement")
     parser.add_argument("--skip-ppo", action="store_true", help="raw steps/s only")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios)")
+    parser.add_argument("--repeat", type=int,
+                        help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios; default: 1)")
     parser.add_argument("--kinds", nargs="+", choices=sorted(set(RAW_KINDS) | set(PPO_KINDS)),
                         help="only these vectorisers (default: all)")
     parser.add_argument("--phases", action="store_true",
                         help="instead: PPO's time per vector step split into collect / learn, ours (pool, sync) "
                              "against SB3 (DummyVecEnv), `--repeat` rounds")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    parser.add_argument("--out", type=Path, help=f"JSON results file (default: {RESULTS.relative_to(RESULTS.parents[2])}; "
+                                                 f"with --quick {QUICK_RESULTS.name}, beside it)")
     args = parser.parse_args(argv)
+    defaults = ({**QUICK, "out": QUICK_RESULTS} if args.quick else
+                {"envs": [16, 32, 64, 256], "seconds": 2.0, "repeat": 1, "kinds": None, "out": RESULTS})
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     torch.set_num_threads(1)  # the learner's share; the cores are the workers'
     if args.phases:
         return phases_main(args)
@@ -401,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(args.out, results)
     print(f"\n{results['cores']} usable cores, load {results['load_before']:.1f} -> {results['load_after']:.1f}\n")
     print(markdown(results))
+    print(goals_markdown(results))
     return 0
 
 

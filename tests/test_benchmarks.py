@@ -141,21 +141,25 @@ def torch_threads_restored():
 
 def test_pool_benchmark_measures_every_vectoriser_and_splits_the_phases(tmp_path, capsys, torch_threads_restored):
     """benchmarks/pool.py on a minuscule budget: the raw and PPO tables hold a figure for each
-    vectoriser asked for (SlowEnv also as a share of its physical limit), and `--phases` splits
-    each PPO run into collect / learn for ours and SB3, with SB3's time over ours."""
+    vectoriser `--quick` measures (SlowEnv also as a share of its physical limit), PPO in its 3
+    rounds, and `--phases` splits each PPO run into collect / learn for ours and SB3, with SB3's
+    time over ours."""
     from benchmarks import pool
 
     out = tmp_path / "pool.json"
-    assert pool.main(["--games", "slow", "--envs", "4", "--seconds", "0.2", "--rollouts", "1",
-                      "--kinds", "pool", "sync", "gym_async", "sb3_dummy", "--out", str(out)]) == 0
+    assert pool.main(["--quick", "--games", "slow", "--envs", "4", "--seconds", "0.2", "--rollouts", "1",
+                      "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {(row["measure"], row["kind"]) for row in rows} == {
         ("raw", "pool"), ("raw", "sync"), ("raw", "gym_async"),
         ("ppo", "pool"), ("ppo", "sync"), ("ppo", "gym_async"), ("ppo", "sb3_dummy")}
+    assert sorted(row["round"] for row in rows if row["kind"] == "sb3_dummy") == [0, 1, 2]
     assert all(row["steps_per_second"] > 0 and row["limit"] > 0 for row in rows)
     printed = capsys.readouterr().out
     pool_rows = [line for line in printed.splitlines() if line.startswith("| slow | 4 | ours: pool |")]
-    assert len(pool_rows) == 2 and all(line.endswith("% |") for line in pool_rows)  # raw and PPO, share of the limit
+    # raw and PPO, each with its share of the limit (PPO: median [min-max] of the rounds)
+    assert len(pool_rows) == 2 and all(line.endswith(("% |", "%] |")) for line in pool_rows)
+    assert "**The goals**" in printed
 
     assert pool.main(["--phases", "--games", "cartpole", "--envs", "4", "--rollouts", "1",
                       "--kinds", "sync", "sb3_dummy", "--out", str(out)]) == 0
@@ -165,3 +169,25 @@ def test_pool_benchmark_measures_every_vectoriser_and_splits_the_phases(tmp_path
     table = capsys.readouterr().out.split("Where the time goes")[1]
     ours = next(line for line in table.splitlines() if "ours: sync" in line)
     assert ours.count("x |") == 3  # SB3 / ours for collect, learn and in all
+
+
+def test_pool_benchmark_goal_verdicts_take_each_ratio_within_its_round():
+    """The verdict table: each goal's median over rounds, every ratio against the peer measured
+    in the same round, "met" only at or above the goal, and a size with no figures says so."""
+    from benchmarks import pool
+
+    def row(measure, env, num_envs, kind, rate, round_=0):
+        return {"measure": measure, "env": env, "num_envs": num_envs, "kind": kind, "round": round_,
+                "steps_per_second": rate, "limit": 1000.0}
+
+    rows = [row("raw", "slow", 32, "pool", 850.0), row("raw", "slow", 32, "gym_async", 500.0),
+            row("raw", "slow", 64, "pool", 700.0), row("raw", "slow", 64, "gym_async", 600.0)]
+    # PPO at 32 envs: ours 3.5x and 2.5x SB3 in rounds 0 and 1 (by the round's own peer), 4x in round 2
+    for round_, (ours, sb3) in enumerate([(350.0, 100.0), (500.0, 200.0), (400.0, 100.0)]):
+        rows += [row("ppo", "cartpole", 32, "pool", ours, round_), row("ppo", "cartpole", 32, "sb3_dummy", sb3, round_)]
+    lines = pool.goals_markdown({"rows": rows}).splitlines()
+    share, versus_async, versus_sb3 = (next(line for line in lines if line.startswith(f"| {goal[0]} |"))
+                                       for goal in pool.GOALS)
+    assert share.endswith("| 85%: met | 70%: not met |")
+    assert versus_async.endswith("| 1.70: met | 1.17: not met |")
+    assert versus_sb3.endswith("| 3.50 [2.50-4.00]: met | not measured |")
