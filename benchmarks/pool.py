@@ -2,7 +2,7 @@
 and Stable-Baselines3's vector envs, raw and under PPO.
 
     python -m benchmarks.pool --repeat 3 --rollouts 4   # the README tables (35 minutes on 2 cores)
-    python -m benchmarks.pool --quick                # the goals only: 32 and 64 envs (a few minutes)
+    python -m benchmarks.pool --quick                # what the goals compare, at 32 and 64 envs (2 minutes)
     python -m benchmarks.pool --envs 16 64 --seconds 1 --skip-ppo   # raw steps/s only
 
 Two envs: Gymnasium's CartPole-v1 (a few microseconds of physics, so the vectoriser's own cost
@@ -43,9 +43,9 @@ GOALS = (("SlowEnv raw: share of the physical limit", "raw", "slow", "pool", "li
          ("SlowEnv raw: x Gymnasium AsyncVectorEnv", "raw", "slow", "pool", "gym_async", 1.4),
          ("CartPole PPO end to end: x SB3 DummyVecEnv", "ppo", "cartpole", "pool", "sb3_dummy", 3.0))
 GOAL_ENVS = (32, 64)
-# `--quick`: what the goals compare (README), at the sizes they name, with 3 PPO rounds.
-QUICK = {"envs": [32, 64], "seconds": 1.0, "repeat": 3,
-         "kinds": ["pool", "sync", "gym_async", "sb3_dummy"]}
+# `--quick`: only the measurements the goals compare (`goal_measurements`), at their sizes, with
+# PPO runs long enough and rounds enough that the median outlasts this machine's speed swings.
+QUICK = {"envs": list(GOAL_ENVS), "seconds": 2.0, "repeat": 7, "rollouts": 8}
 
 
 class SlowEnv(gymnasium.Env):
@@ -308,10 +308,18 @@ def step_cost(env: str) -> float:
     return (time.process_time() - start) / count
 
 
+def goal_measurements() -> set[tuple[str, str, str]]:
+    """(measure, env, vectoriser) of every figure the goals read: each goal's and its peer's."""
+    return {(measure, env, kind) for _, measure, env, ours, peer, _ in GOALS
+            for kind in (ours, peer) if kind != "limit"}
+
+
 def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_ppo: bool,
-        repeat: int = 1, kinds: list[str] | None = None) -> dict[str, Any]:
-    """Every measurement of the table; PPO ones `repeat` times in rounds (every vectoriser once
-    per round, in turn), so that each round's ratios compare runs made moments apart."""
+        repeat: int = 1, kinds: list[str] | None = None,
+        only: set[tuple[str, str, str]] | None = None) -> dict[str, Any]:
+    """Every measurement of the table (or those in `only`: (measure, env, vectoriser)); PPO ones
+    `repeat` times in rounds (every vectoriser once per round, in turn), so that each round's
+    ratios compare runs made moments apart."""
     results: dict[str, Any] = {"cores": cores(), "load_before": os.getloadavg()[0], "rows": [],
                                "ppo_settings": PPO_SETTINGS, "step_cpu_seconds": STEP_CPU_SECONDS,
                                "rollouts": rollouts, "repeat": repeat}
@@ -324,7 +332,7 @@ def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_
                 plan += [("ppo", kind, round_) for round_ in range(repeat) for kind in wanted(PPO_KINDS)]
             skipped = set()
             for measure, kind, round_ in plan:
-                if (measure, kind) in skipped:
+                if (measure, kind) in skipped or (only is not None and (measure, env, kind) not in only):
                     continue
                 try:
                     rate = (raw_steps_per_second(kind, env, num_envs, seconds) if measure == "raw"
@@ -414,13 +422,13 @@ def markdown(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pool", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="the goals only: " + " ".join(
+                        help="only what the goals compare (GOALS), with " + " ".join(
                             f"--{name} {' '.join(map(str, value)) if isinstance(value, list) else value}"
                             for name, value in QUICK.items()) + " (options given as well take precedence)")
     parser.add_argument("--envs", nargs="+", type=int, help="num_envs values (default: 16 32 64 256)")
     parser.add_argument("--games", nargs="+", default=["cartpole", "slow"], choices=["cartpole", "slow"])
     parser.add_argument("--seconds", type=float, help="seconds per raw measurement (default: 2)")
-    parser.add_argument("--rollouts", type=int, default=4, help="PPO rollouts per end-to-end measurement")
+    parser.add_argument("--rollouts", type=int, help="PPO rollouts per end-to-end measurement (default: 4)")
     parser.add_argument("--skip-ppo", action="store_true", help="raw steps/s only")
     parser.add_argument("--repeat", type=int,
                         help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios; default: 1)")
@@ -433,14 +441,15 @@ def main(argv: list[str] | None = None) -> int:
                                                  f"with --quick {QUICK_RESULTS.name}, beside it)")
     args = parser.parse_args(argv)
     defaults = ({**QUICK, "out": QUICK_RESULTS} if args.quick else
-                {"envs": [16, 32, 64, 256], "seconds": 2.0, "repeat": 1, "kinds": None, "out": RESULTS})
+                {"envs": [16, 32, 64, 256], "seconds": 2.0, "repeat": 1, "rollouts": 4, "out": RESULTS})
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     torch.set_num_threads(1)  # the learner's share; the cores are the workers'
     if args.phases:
         return phases_main(args)
-    results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo, args.repeat, args.kinds)
+    results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo, args.repeat, args.kinds,
+                  goal_measurements() if args.quick else None)
     from benchmarks.contender import write_json_atomic
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
