@@ -1,6 +1,7 @@
 """Training runs as the studio sees them: `RunManager` starts, stops, resumes and deletes them.
 
-Each run's trainer runs in its own spawned process with a stop event. Every run, started here
+Each run's trainer runs in its own process with a stop event, forked from a fork server that has
+already imported the trainer (`TRAINER_START_METHOD`). Every run, started here
 or found in the runs folder (an earlier studio, the CLI), is followed the same way: a
 `RunFollower` (studio/history.py) reads what its metrics.jsonl gained each time the run is
 looked at, and one rule (`trainer.run_dir.run_status`) gives its state. Browser sessions only
@@ -12,8 +13,8 @@ run's master. One that accepts workers listens on the studio's cluster address (
 `python app.py --cluster-host` says otherwise) with a new token, which only `worker_join` tells
 (the page that started the run shows it).
 
-This module does not import gradio or torch: it is the part of the studio a spawned trainer
-process never needs, and it is tested on its own with a fake trainer.
+This module does not import gradio or torch: it is the part of the studio a trainer process
+never needs, and it is tested on its own with a fake trainer.
 """
 
 from __future__ import annotations
@@ -173,6 +174,16 @@ class _ActiveRun:
     join: WorkerJoin | None = None  # a run that accepts workers
 
 
+# How the studio starts a trainer. Not a fork of the studio (its threads, sockets and gradio),
+# nor a fresh interpreter per run (spawn: importing torch alone takes about 2 s on a small
+# machine, before the first update): a fork server, itself a fresh interpreter that imports
+# TRAINER_PRELOAD once, forks each trainer from that clean state. Started with the first
+# RunManager, so the imports are done by the time someone presses Start. Spawn where there is
+# no fork server (Windows).
+TRAINER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+TRAINER_PRELOAD = ["trainer.process", "trainer.loop"]
+
+
 def _default_target() -> TrainerTarget:
     from trainer.process import run_training  # the trainer lives in its own layer
 
@@ -187,7 +198,7 @@ class RunManager:
         runs_dir: str | os.PathLike,
         max_concurrent_runs: int = 2,
         target: TrainerTarget | None = None,
-        start_method: str = "spawn",
+        start_method: str = TRAINER_START_METHOD,
         allow_custom_envs: bool = False,
         cluster_host: str = "127.0.0.1",
         cluster_port: int = DEFAULT_PORT,
@@ -202,6 +213,11 @@ class RunManager:
         self.cluster_host, self.cluster_port = cluster_host, cluster_port
         self._target = target
         self._context = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            self._context.set_forkserver_preload(TRAINER_PRELOAD)
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()  # the server imports the trainer now, in its own process
         self._lock = threading.RLock()
         self._active: dict[str, _ActiveRun] = {}  # runs whose trainer this studio started
         self._followers: dict[str, RunFollower] = {}  # every run looked at so far

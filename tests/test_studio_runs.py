@@ -1,4 +1,4 @@
-"""RunManager and RunState against small fake trainers (no torch, spawned like the real one).
+"""RunManager and RunState against small fake trainers (no torch, started like the real one).
 
 The fakes follow the trainer's contract (docs/architecture.md): they append their events to
 metrics.jsonl (the studio passes no queue), watch the stop event between updates, and end with `end`.
@@ -7,7 +7,9 @@ metrics.jsonl (the studio passes no queue), watch the stop event between updates
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 from trainer.run_dir import RunOwner, latest_checkpoint_path, take_ownership
 
 from studio.runs import (
+    TRAINER_PRELOAD,
+    TRAINER_START_METHOD,
     RunError,
     RunLimitError,
     RunManager,
@@ -113,6 +117,17 @@ def wait_for(condition, timeout=30.0):
     raise AssertionError("condition not reached in time")
 
 
+def report_start(config, run_dir, queue, stop_event, resume):
+    """Writes what a trainer process finds when it starts: which of the trainer's modules are
+    already imported, its OS parent's command line, and the process that created it."""
+    import psutil
+
+    Path(run_dir, "start.json").write_text(json.dumps({
+        "preloaded": [name for name in TRAINER_PRELOAD if name in sys.modules],
+        "os_parent": " ".join(psutil.Process(os.getppid()).cmdline()),
+        "creator": multiprocessing.parent_process().pid}))
+
+
 def wait_until_ended(manager: RunManager, run_id: str):
     wait_for(lambda: not manager.get(run_id).is_active and manager.active_count() == 0)
     return manager.get(run_id)
@@ -166,6 +181,20 @@ def test_process_dying_without_end_event_marks_run_interrupted(tmp_path):
     # The manager keeps serving: another run starts and finishes.
     manager._target = fake_trainer
     assert wait_until_ended(manager, manager.start(CONFIG).run_id).status == "finished"
+
+
+@pytest.mark.skipif(TRAINER_START_METHOD != "forkserver", reason="no fork server on this platform")
+def test_a_trainer_starts_from_the_fork_server_with_the_trainer_already_imported(tmp_path):
+    """What makes Start quick (benchmarks/run_start.py): the trainer's process comes from the fork
+    server, which imported the trainer (torch and all) once, not from a fresh interpreter; its
+    creator is still this process, whose death stops it (tests/test_studio_kill.py)."""
+    manager = RunManager(tmp_path, target=report_start)
+    run_id = manager.start(CONFIG).run_id
+    wait_until_ended(manager, run_id)
+    found = json.loads((tmp_path / run_id / "start.json").read_text())
+    assert found["preloaded"] == TRAINER_PRELOAD
+    assert "multiprocessing.forkserver" in found["os_parent"]
+    assert found["creator"] == os.getpid()
 
 
 def test_one_run_more_than_the_limit_is_refused_with_the_reason(tmp_path):

@@ -1,6 +1,7 @@
-"""The entry point the studio starts in its own process (spawn context):
+"""The entry point the studio starts in its own process (studio/runs.py: forked from a fork
+server that imported this module and trainer.loop once; spawn where there is none):
 
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
     stop_event = ctx.Event()
     process = ctx.Process(target=run_training, args=(config_dict, run_dir, None, stop_event, False))
 
@@ -8,8 +9,8 @@ It imports no UI code. Events go to the run directory (metrics.jsonl, train.log)
 studio reads them, and to `queue` if one is given. Any exception becomes an `error` event with
 its traceback, and the last event is always `end` (in metrics.jsonl only for a run folder it
 started: a failure to resume is never appended to another run's history). Setting `stop_event`,
-SIGTERM, Ctrl-C in the terminal that runs the studio, or the death of the studio itself
-(trainer/signals.py) stops the run cleanly after the current update, with a checkpoint, the final
+SIGTERM, Ctrl-C in the terminal that runs the studio, or the death of the process that started
+it (trainer/signals.py; the fork server, which exits with the studio) stops the run cleanly after the current update, with a checkpoint, the final
 model and the `end` event: a trainer is never left running with nobody to stop it.
 
 A run on several processes (`nproc_per_node` > 1) or one that accepts workers (`max_nodes` > 1)

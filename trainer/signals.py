@@ -12,6 +12,7 @@ restarted studio stops a trainer it adopted with SIGTERM.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -63,13 +64,20 @@ class StopRequest:
         return True
 
     def watch_parent(self, poll_seconds: float = PARENT_POLL_SECONDS) -> threading.Thread:
-        """A daemon thread that asks for a stop when the parent process is gone: the process is
-        then re-parented (getppid changes), or its pid now names another process (start time)."""
-        parent = os.getppid()
+        """A daemon thread that asks for a stop when the process that started this one is gone.
+        A process started through multiprocessing (the studio's trainers, which come from a fork
+        server, and the launcher's ranks) watches its creator's sentinel: the fork server, its
+        OS parent, outlives the studio while any of its children runs. Any other process watches
+        its OS parent: gone when the process is re-parented (getppid changes) or its pid now
+        names another process (start time)."""
+        creator = multiprocessing.parent_process()
+        parent = creator.pid if creator is not None else os.getppid()
         parent_started = _process_started(parent)
         finished = threading.Event()
 
         def parent_gone() -> bool:
+            if creator is not None:
+                return not creator.is_alive()
             if os.getppid() != parent:
                 return True
             started = _process_started(parent)
