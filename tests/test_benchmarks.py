@@ -197,3 +197,16 @@ def test_pool_benchmark_goal_verdicts_take_each_ratio_within_its_round():
     assert share.endswith("| 85%: met | 70%: not met |")
     assert versus_async.endswith("| 1.70: met | 1.17: not met |")
     assert versus_sb3.endswith("| 3.50 [2.50-4.00]: met | not measured |")
+
+
+def test_run_start_benchmark_times_both_start_methods_from_a_real_start(capsys):
+    """benchmarks/run_start.py, one round: each start method's two runs reach their first update,
+    each timed from start(), and the table gives a figure per method."""
+    from benchmarks import run_start
+
+    assert run_start.main(["--rounds", "1"]) == 0
+    printed = capsys.readouterr().out
+    for method in run_start.METHODS:
+        row = next(line for line in printed.splitlines() if line.startswith(f"| {method} |"))
+        seconds = [float(cell.split(" s")[0]) for cell in row.strip("|").split("|")[1:]]
+        assert len(seconds) == 2 and all(value > 0 for value in seconds)
