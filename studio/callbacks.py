@@ -34,7 +34,8 @@ from studio.runs import RunError, RunManager, RunSnapshot, RunState, safe_run_fi
 from studio.evaluate import runs_with_models
 from studio.scratch import ScratchFolder, hide_server_paths
 from studio.system import SystemMonitor
-from trainer.config import TrainConfig, config_from_dict, defaults_source, merge_settings
+from trainer.config import TrainConfig, config_from_dict, merge_settings
+from trainer.defaults import defaults_source
 from trainer.run_dir import atomic_write, checkpoint_folder, config_path, list_checkpoints, safe_name
 from trainer.safe_yaml import MAX_YAML_BYTES
 
@@ -562,7 +563,7 @@ class Studio:
 
 def env_fill_message(env_name: str) -> str:
     """What on_env_change filled the form with: the tuned config only where one ships, else which
-    defaults (trainer.config.defaults_source says it for the CLI and the API alike)."""
+    defaults (trainer.defaults.defaults_source says it for the CLI and the API alike)."""
     return f"Filled the form with {defaults_source(env_name)}."
 
 

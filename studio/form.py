@@ -24,9 +24,9 @@ from trainer.config import (
     config_from_dict,
     declared_keys,
     require_code_permission,
-    shipped_config,
     to_yaml,
 )
+from trainer.defaults import shipped_config
 from trainer.safe_yaml import YamlError, load_yaml_text
 
 VECTOR_ENV_DEFAULT = "default"

@@ -157,7 +157,8 @@ def test_round_trip_through_dict_keeps_every_value():
 
 def test_readme_config_reference_is_the_declarations_table():
     """README.md carries the tables generated from trainer/config.py (python docs/readme/build_readme.py)."""
-    from trainer.config import reference_markdown, untuned_defaults_markdown
+    from trainer.config import reference_markdown
+    from trainer.defaults import untuned_defaults_markdown
 
     readme = (ROOT / "README.md").read_text()
     assert reference_markdown() in readme and untuned_defaults_markdown() in readme, (
@@ -177,7 +178,7 @@ def test_overrides_replace_values_derived_in_a_saved_config(tmp_path):
 
 
 def test_an_env_without_a_tuned_config_starts_from_the_defaults_of_its_kind_of_actions(tmp_path):
-    from trainer.config import UNTUNED_DEFAULTS, defaults_source, shipped_config
+    from trainer.defaults import UNTUNED_DEFAULTS, defaults_source, shipped_config
 
     continuous = UNTUNED_DEFAULTS["continuous"]
     declared = TrainConfig()
@@ -205,7 +206,7 @@ def test_the_api_gives_an_env_object_the_defaults_of_its_actions():
     import gymnasium
 
     from trainer import PPO
-    from trainer.config import UNTUNED_DEFAULTS
+    from trainer.defaults import UNTUNED_DEFAULTS
 
     continuous = UNTUNED_DEFAULTS["continuous"]
     with PPO(lambda: gymnasium.make("Pendulum-v1"), device="cpu") as model:

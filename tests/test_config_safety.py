@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 from trainer.config import (CodePermissionError, ConfigError, code_entry_points, config_from_dict, load_config,
-                            merge_settings, require_code_permission, shipped_config_path)
+                            merge_settings, require_code_permission)
+from trainer.defaults import shipped_config_path
 from trainer.preflight import check_run_fits
 from trainer.safe_yaml import YamlError, load_yaml_text
 

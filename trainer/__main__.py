@@ -127,7 +127,7 @@ def shipped_config_file(given: str | Path | None) -> str | Path | None:
     that one. The name is looked up in the folder's listing, never joined into a path."""
     if given is None or Path(given).exists() or Path(given).name != str(given):
         return given
-    from trainer.config import CONFIGS_DIR
+    from trainer.defaults import CONFIGS_DIR
 
     shipped = {path.name: path for path in CONFIGS_DIR.glob("*.yaml")} if CONFIGS_DIR.is_dir() else {}
     return shipped.get(str(given), given)

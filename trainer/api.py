@@ -9,7 +9,7 @@
 
 Keyword arguments are the YAML keys (`trainer/config.py`, validated there); a built-in game
 starts from its tuned `configs/<game>.yaml`, as in the studio, any other env from the defaults
-for its kind of actions (`trainer.config.untuned_defaults`). `env` is a name (built-in,
+for its kind of actions (`trainer.defaults.untuned_defaults`). `env` is a name (built-in,
 Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (vectorised as
 `vector_env` / `num_workers` say: in this process by default, the shared-memory worker pool
 with `num_workers` > 1, for which the callable is sent to the workers with cloudpickle), or a
@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
 from trainer.config import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
-                            require_code_permission, shipped_config, untuned_defaults)
+                            require_code_permission)
+from trainer.defaults import shipped_config, untuned_defaults
 from trainer.events import EventBus, LogSink, ProgressBarSink
 from trainer.loop import TrainingSession, open_run_dir, report_failure
 from trainer.resume import checkpoint_payload, restore

@@ -6,10 +6,10 @@ layers do not edit one file at once:  python docs/readme/build_readme.py
 import sys
 from pathlib import Path
 
-# Tables generated from trainer/config.py: marker -> the function that writes the table after it.
+# Generated tables: marker -> (module, the function that writes the table after it).
 GENERATED_TABLES = {
-    "<!-- config reference: generated from trainer/config.py -->": "reference_markdown",
-    "<!-- untuned defaults: generated from trainer/config.py -->": "untuned_defaults_markdown",
+    "<!-- config reference: generated from trainer/config.py -->": ("trainer.config", "reference_markdown"),
+    "<!-- untuned defaults: generated from trainer/defaults.py -->": ("trainer.defaults", "untuned_defaults_markdown"),
 }
 
 SECTIONS = ["_header.md", "studio.md", "trainer.md", "envs.md", "pool.md", "deploy_game.md", "cluster.md", "benchmarks.md", "operations.md", "_footer.md"]
@@ -30,17 +30,17 @@ def main() -> None:
 
 
 def with_generated_tables(text: str) -> str:
-    """Replace the table that follows each marker with the one trainer/config.py gives now."""
+    """Replace the table that follows each marker with the one its module gives now."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    import trainer.config
+    import importlib
 
-    for marker, function in GENERATED_TABLES.items():
+    for marker, (module, function) in GENERATED_TABLES.items():
         if marker not in text:
             continue
         before, _, after = text.partition(marker)
         lines = after.lstrip("\n").split("\n")
         rest = "\n".join(lines[next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines)):])
-        text = f"{before}{marker}\n{getattr(trainer.config, function)()}\n{rest}"
+        text = f"{before}{marker}\n{getattr(importlib.import_module(module), function)()}\n{rest}"
     return text
 
 
