@@ -72,7 +72,7 @@ class StopRequest:
         names another process (start time)."""
         creator = multiprocessing.parent_process()
         parent = creator.pid if creator is not None else os.getppid()
-        parent_started = _process_started(parent)
+        parent_started = None if creator is not None else _process_started(parent)
         finished = threading.Event()
 
         def parent_gone() -> bool:
