@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("sb3_throughput", "sb3_time_to_solve", "ours_throughput", "ours_time_to_solve",
-         "ours_game", "ours_ceiling")
+         "ours_game", "ours_ceiling", "studio_run_start")
 
 
 def set_threads(threads: int) -> None:
@@ -45,6 +45,9 @@ def run_measurement(kind: str, params: dict[str, Any]) -> dict[str, Any]:
     if kind == "ours_ceiling":
         from benchmarks.ours import ours_ceiling
         return ours_ceiling(**params)
+    if kind == "studio_run_start":
+        from benchmarks.run_start import measure
+        return measure(**params)
     raise ValueError(f"unknown benchmark kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 

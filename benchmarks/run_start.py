@@ -14,9 +14,7 @@ its second run is what every later Start costs.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +25,9 @@ METHODS = ("forkserver", "spawn")
 RUN = {"env_name": "cartpole", "total_timesteps": 20_000, "gif_interval": 0}
 
 
-def measure(method: str, runs: int = 2, timeout: float = 120.0) -> list[float]:
-    """In this process: seconds from start() to the first update, for `runs` runs in turn."""
+def measure(method: str, runs: int = 2, timeout: float = 120.0) -> dict:
+    """In this process: {"seconds": from start() to the first update, for `runs` runs in turn}
+    (the `studio_run_start` measurement of benchmarks/contender.py)."""
     from studio.runs import ACTIVE_STATUSES, RunManager
 
     seconds = []
@@ -47,23 +46,22 @@ def measure(method: str, runs: int = 2, timeout: float = 120.0) -> list[float]:
                     time.sleep(0.05)
         finally:
             manager.shutdown()
-    return seconds
+    return {"seconds": seconds}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--child", choices=METHODS, help=argparse.SUPPRESS)  # one measurement, printed as JSON
     args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(measure(args.child)))
-        return 0
+    from benchmarks.run import run_in_fresh_process  # the suite's one way to measure in a new process
+
     results: dict[str, list[list[float]]] = {method: [] for method in METHODS}
     for round_ in range(args.rounds):
         for method in METHODS:  # in turn, so that the machine's mood hits both alike
-            out = subprocess.run([sys.executable, __file__, "--child", method], cwd=REPO, capture_output=True,
-                                 text=True, check=True, timeout=600)
-            results[method].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            result = run_in_fresh_process("studio_run_start", {"method": method}, threads=1, timeout=600.0)
+            if "error" in result:
+                raise RuntimeError(f"{method}: {result['error']}")
+            results[method].append(result["seconds"])
             print(f"  round {round_ + 1} {method:<10} first run {results[method][-1][0]:.2f} s, "
                   f"next {results[method][-1][1]:.2f} s", flush=True)
     print("\n| trainer start | first run after the studio starts | every later run |\n|---|---|---|")
