@@ -14,6 +14,7 @@ from test_studio_helpers import studio_page
 pytestmark = pytest.mark.browser
 
 FRAME_SRC = "() => { const image = document.querySelector('#watch-frame'); return image ? image.src : null; }"
+SCORE_TEXT = "() => document.querySelector('#watch-score')?.innerText || ''"
 
 
 def trained_run(runs_dir):
@@ -49,7 +50,10 @@ def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
             seen.add(page.evaluate(FRAME_SRC))
             page.wait_for_timeout(150)
         assert len(seen) >= 3, "the view should keep streaming new frames"
-        score = page.locator("#watch-score").inner_text()
+        # Read from the DOM, as the frames are: a locator's wait can starve while 30 frames a second
+        # replace each other on 2 shared cores (it timed out after 30 s in a clean-clone CI).
+        page.wait_for_function(f"() => /Score \\d+/.test(({SCORE_TEXT})())", timeout=60_000)
+        score = page.evaluate(SCORE_TEXT)
         assert re.search(r"Score \d+", score) and "episode" in score and "step" in score
         # A DOM click straight away: headless Chromium without a GPU, on 2 shared cores, can take longer
         # than Playwright's actionability wait to settle while 30 JPEG frames a second replace each other.
