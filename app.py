@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def upload_size(text: str) -> int:
+    """--max-upload-size: '200mb' -> bytes (studio/uploads.py reads the units)."""
+    from studio.uploads import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--max-upload-size ")) from None
+
+
 def port_number(text: str) -> int:
     try:
         value = int(text)
@@ -116,7 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default 127.0.0.1: workers on this machine only; give this machine's "
                              "address on a private network to let others join)")
     parser.add_argument("--cluster-port", type=port_number, default=DEFAULT_PORT,
-                        help=f"port of that rendezvous (default {DEFAULT_PORT}, the guide's)")
+                        help=f"admission port of that run (default {DEFAULT_PORT}, the guide's); its store "
+                             f"listens on the next port")
+    parser.add_argument("--max-upload-size", type=upload_size, default="200mb", metavar="SIZE",
+                        help="largest upload (a .yaml config, a .pth to evaluate) the page accepts, e.g. 50mb "
+                             "(default 200mb)")
     parser.add_argument("--poll-seconds", type=float, default=1.0,
                         help="how often an open page refreshes a running run (default 1 s)")
     return parser
@@ -148,6 +162,14 @@ def main(argv: list[str] | None = None) -> None:
     # asked to stop and save their models before the studio exits.
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
 
+    # The studio's own temp folder (removed at exit) holds Gradio's uploads too: pointed there
+    # before gradio is imported, since some of its routes read GRADIO_TEMP_DIR at import.
+    from studio.scratch import ScratchFolder
+    from studio.uploads import keep_uploads_in
+
+    scratch = ScratchFolder()
+    keep_uploads_in(scratch)
+
     # Imported here, not at the top: spawned trainer processes re-import __main__, and must not
     # pay for (or start) gradio.
     from studio.ui import launch
@@ -156,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host, port=args.port, runs_dir=args.runs_dir, auth=args.auth,
         max_concurrent_runs=args.max_concurrent_runs, allow_custom_envs=args.allow_custom_envs,
         poll_seconds=args.poll_seconds, cluster_host=args.cluster_host, cluster_port=args.cluster_port,
+        max_upload_size=args.max_upload_size, scratch=scratch,
     )
 
 

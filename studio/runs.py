@@ -40,7 +40,8 @@ from studio.history import (  # noqa: F401 - re-exported: the studio's names for
     RunSnapshot,
     RunState,
 )
-from trainer.cluster import DEFAULT_PORT, resolve_token
+from trainer.admission import new_token
+from trainer.cluster import DEFAULT_PORT
 from trainer.config import CodePermissionError, require_code_permission
 from trainer.run_dir import (
     CONFIG_FILE,
@@ -472,16 +473,18 @@ class RunManager:
         if taken:
             raise RunError(f"Run {taken[0]} already accepts workers on {master}; stop it first, or start the "
                            "studio with another --cluster-port.")
-        return WorkerJoin(master, resolve_token(None, generate=True))
+        return WorkerJoin(master, new_token())
 
     def _launch(self, state: RunState, resume: bool, join: WorkerJoin | None = None) -> None:
         """Caller holds self._lock. Spawns the trainer process: `run_training`, or for several
         ranks or machines `run_launched` (the elastic launcher, as the CLI's --nproc / master)."""
         target, options = self._target or _default_target(), {}
         if join is not None:
-            options = dict(host=self.cluster_host, port=self.cluster_port, token=join.token)
+            options = dict(host=self.cluster_host, port=self.cluster_port, token=join.token,
+                           allow_custom_envs=self.allow_custom_envs)
         elif launcher_shape(state.config)[0] > 1:
-            options = dict(host="127.0.0.1", port=0, token=None)  # one machine: loopback, a free port
+            options = dict(host="127.0.0.1", port=0, token=None,   # one machine: loopback, a free port
+                           allow_custom_envs=self.allow_custom_envs)
         if self._target is not None:
             options = {}  # a test's stand-in trainer takes the plain arguments
         elif options:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from trainer.checks import ConfigError
+from trainer.admission import new_token
 from trainer.cluster import parse_endpoint, split_cluster_file
 from trainer.launch import free_port
 
@@ -95,7 +96,10 @@ class Agent:
         self.handle.close()
 
 
-def _master(tmp_path, port, *extra, timesteps=2048, token="sesame", host="127.0.0.1", prefix=()):
+TOKEN = new_token()            # what the master prints when it makes one
+
+
+def _master(tmp_path, port, *extra, timesteps=2048, token=TOKEN, host="127.0.0.1", prefix=()):
     config = tmp_path / "cluster.yaml"
     config.write_text("env_name: cartpole\nmaster:\n  host: 127.0.0.1\n  port: 1\ncommunication:\n  protocol: grpc\n")
     return Agent(tmp_path / "master.log",
@@ -104,7 +108,7 @@ def _master(tmp_path, port, *extra, timesteps=2048, token="sesame", host="127.0.
                   *TINY, *extra], prefix)
 
 
-def _worker(tmp_path, port, token="sesame", name="worker", host="127.0.0.1", prefix=()):
+def _worker(tmp_path, port, token=TOKEN, name="worker", host="127.0.0.1", prefix=()):
     return Agent(tmp_path / f"{name}.log", ["worker", "--master", f"{host}:{port}", "--token", token, "--nproc", "1"],
                  prefix)
 
@@ -128,7 +132,7 @@ def test_master_and_worker_finish_a_run_and_a_wrong_token_is_refused(tmp_path):
     port = free_port()
     master = _master(tmp_path, port, "--set", "min_nodes=2", "--set", "max_nodes=2")
     master.wait_for("Master listening", 120)
-    intruder = _worker(tmp_path, port, token="wrong", name="intruder")
+    intruder = _worker(tmp_path, port, token=new_token(), name="intruder")   # strong, but not this run's
     refused = intruder.finish(120)
     assert intruder.process.returncode == 2
     assert "refused by the master at" in refused and "wrong token" in refused and "--token" in refused

@@ -1,27 +1,20 @@
-"""The cluster's shared state, on torch.distributed's own c10d rendezvous store: the guide's
-cluster file, the run's token, the node table and the connect / lost lines.
+"""The cluster's shared state: the guide's cluster file, the c10d store, the node table.
 
-The master process hosts the TCPStore that c10d rendezvous uses (bound to the one address it is
-given) and writes into it, before any agent starts: the run's config (YAML), the run folder, the
-run id and a random nonce. Every elastic agent (the master's own and each worker's) goes through
-`GuardedRendezvousHandler`, the c10d dynamic rendezvous with one step in front of it: the node
-writes a join request with HMAC-SHA256(token, nonce + node id) and waits for the master's
-verdict; only then does it enter the rendezvous. A wrong token is refused there, with a message
-on both sides, before the node is counted or gets a rank. (The store itself is a plain TCP
-service: the token keeps out machines that were not meant to join, not an attacker on the
-network; see docs/readme/cluster.md for encryption.)
+The master process hosts the TCPStore that torch's c10d rendezvous uses, bound to the one
+address it is given, on the store port (the master port + 1 unless told otherwise). Nothing of
+the run is readable there without its rendezvous id: every key we write, and torch's own
+rendezvous state, is named after it, and the admission gate on the master port
+(trainer/admission.py) hands it out only to nodes that proved the token. The rendezvous state
+itself is signed (trainer/rendezvous.py).
 
-The master's `NodeMonitor` thread answers join requests, watches each node's heartbeat, logs
-`Worker connected: ...` / `Worker lost: ...` and keeps `<run_dir>/nodes.json` (the studio's node
-table) up to date with atomic writes.
+The master's `NodeMonitor` thread registers the admitted nodes, watches each node's heartbeat,
+logs `Worker connected` / `Worker lost` / `Worker back` and keeps `<run_dir>/nodes.json` (the
+studio's node table) up to date with atomic writes.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
-import secrets
 import socket
 import threading
 import time
@@ -33,13 +26,11 @@ from typing import Any, Callable
 from trainer.checks import ConfigError, short_repr
 
 DEFAULT_PORT = 54321
-TOKEN_ENV = "RL_STUDIO_TOKEN"
 CLUSTER_SECTIONS = ("master", "workers", "communication")
 NODES_FILE = "nodes.json"
 HEARTBEAT_SECONDS = 2.0
 LOST_AFTER_SECONDS = 10.0
-VERDICT_TIMEOUT = timedelta(seconds=30)
-KEY = "rl_studio/"          # every key we add to the rendezvous store starts with this
+KEY = "rl_studio/"          # every key we add to the rendezvous store starts with this, then the run's id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,8 +68,8 @@ def split_cluster_file(raw: dict) -> tuple[dict, ClusterFile]:
             raise ConfigError(f"workers: each entry needs a host, e.g. - host: \"192.168.1.101\"; got {short_repr(item)}")
         cluster.workers.append(host)
     if cluster.workers:
-        cluster.notes.append(f"workers: {', '.join(cluster.workers)} are not contacted by the master; start "
-                             f"`python -m trainer worker --master <this host>:{cluster.port}` on each of them")
+        cluster.notes.append(f"workers: {', '.join(cluster.workers)} are not contacted by the master; start the "
+                             f"worker command below on each of them")
     communication = _section(raw, "communication")
     meaning = {"protocol": "ranks talk through torch.distributed (gloo on CPU, nccl on GPUs), not {value}",
                "batch_size": "the batch per rank is num_envs x num_steps, not {value}"}
@@ -110,23 +101,12 @@ def parse_endpoint(text: str, name: str = "--master") -> tuple[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The token
-
-
-def resolve_token(given: str | None, generate: bool) -> str | None:
-    """--token, else RL_STUDIO_TOKEN, else (the master only) a new random token."""
-    token = given or os.environ.get(TOKEN_ENV)
-    if not token and generate:
-        token = secrets.token_urlsafe(16)
-    return token
-
-
-def proof(token: str, nonce: str, node_id: str) -> str:
-    return hmac.new(token.encode(), f"{nonce}/{node_id}".encode(), hashlib.sha256).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
 # The store
+
+
+def run_key(run_id: str, name: str) -> str:
+    """A key of the run in the c10d store: under its secret rendezvous id, so unreadable to outsiders."""
+    return f"{KEY}{run_id}/{name}"
 
 
 def host_store(host: str, port: int):
@@ -142,7 +122,7 @@ def host_store(host: str, port: int):
     except OSError as error:
         listener.close()
         raise ConfigError(f"cannot listen on {host}:{port} ({error.strerror}); give an address of this machine "
-                          f"with --host and a free port with --port") from None
+                          f"with --host and free ports with --port / --store-port") from None
     listener.listen(128)
     listener.set_inheritable(False)
     store = TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60),
@@ -156,21 +136,8 @@ def connect_store(host: str, port: int, timeout: float = 60.0):
     try:
         return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout))
     except (RuntimeError, OSError) as error:
-        raise ConfigError(f"cannot reach the master at {host}:{port} ({str(error).splitlines()[0][:200]}); is "
-                          f"`python -m trainer master` running there, and is the port open?") from None
-
-
-def store_get(store, name: str) -> str:
-    return store.get(KEY + name).decode()
-
-
-def publish_run(store, config_yaml: str, run_dir: Path, run_id: str, token: str) -> None:
-    """What the master tells every node before it joins (the nonce: for the token proofs)."""
-    store.set(KEY + "config", config_yaml)
-    store.set(KEY + "run_dir", str(run_dir))
-    store.set(KEY + "run_id", run_id)
-    store.set(KEY + "nonce", secrets.token_hex(16))
-    store.set(KEY + "master_proof", proof(token, store_get(store, "nonce"), "master"))
+        raise ConfigError(f"cannot reach the run's store at {host}:{port} ({str(error).splitlines()[0][:200]}); is "
+                          f"its port open on the master?") from None
 
 
 def local_address(master_host: str, master_port: int) -> str:
@@ -207,69 +174,18 @@ def pin_collectives_to(address: str) -> str | None:
     return interface
 
 
-# ---------------------------------------------------------------------------------------------
-# Every agent's rendezvous: token first, then c10d
-
-
-class RefusedError(RuntimeError):
-    """The master refused this node (wrong token)."""
-
-
-def request_admission(store, token: str, host: str, nproc: int) -> str:
-    """Ask the master to admit this node; returns the node id, raises RefusedError with the reason."""
-    node_id = f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
-    index = store.add(KEY + "joins", 1)
-    store.set(KEY + f"join/{index}", json.dumps({"node": node_id, "host": host, "hostname": socket.gethostname(),
-                                                 "nproc": nproc, "proof": proof(token or "", store_get(store, "nonce"),
-                                                                                node_id)}))
-    verdict_key = KEY + f"verdict/{node_id}"
-    try:
-        store.wait([verdict_key], VERDICT_TIMEOUT)
-    except RuntimeError:
-        raise RefusedError("the master did not answer the join request within 30 s (is it still running?)") from None
-    verdict = store.get(verdict_key).decode()
-    if verdict != "ok":
-        raise RefusedError(verdict)
-    return node_id
-
-
-def start_heartbeat(store, node_id: str) -> threading.Thread:
+def start_heartbeat(store, run_id: str, node_id: str) -> threading.Thread:
+    """Tell the master's NodeMonitor every HEARTBEAT_SECONDS that this node lives."""
     def beat() -> None:
         while True:
             try:
-                store.set(KEY + f"alive/{node_id}", str(time.time()))
+                store.set(run_key(run_id, f"alive/{node_id}"), str(time.time()))
             except Exception:  # noqa: BLE001 - the master is gone: the agent finds out by itself
                 return
             time.sleep(HEARTBEAT_SECONDS)
     thread = threading.Thread(target=beat, name="rl-studio-heartbeat", daemon=True)
     thread.start()
     return thread
-
-
-def register_guarded_rendezvous(token: str | None, host: str, nproc: int) -> str:
-    """Register the `rl-studio` rendezvous backend (c10d behind the token check) for this
-    process's elastic agent; returns the backend name for LaunchConfig."""
-    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
-
-    def create(params):
-        backend, store = create_backend(params)
-        try:
-            node_id = request_admission(store, token or "", host, nproc)
-        except RefusedError as error:
-            from torch.distributed.elastic.rendezvous import RendezvousError
-
-            raise RendezvousError(f"refused by the master at {params.endpoint}: {error}") from None
-        start_heartbeat(store, node_id)
-        handler = create_handler(store, backend, params)
-        handler.get_backend = lambda: name   # the registry checks the handler answers to its name
-        return handler
-
-    name = "rl-studio"
-    if name not in rendezvous_handler_registry._registry:
-        rendezvous_handler_registry.register(name, create)
-    return name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,20 +201,22 @@ class Node:
     since: float
     last_beat: float
     lost: bool = False
+    beat: str = ""          # the last heartbeat value seen (a change is a beat: no trust in clocks)
 
 
 class NodeMonitor:
-    """Runs in the master process beside its agent: admits or refuses join requests, logs
-    connect / lost lines, writes nodes.json."""
+    """Runs in the master process beside its agent: registers the nodes the admission gate
+    admitted (trainer/admission.py), watches their heartbeats in the store, logs connected /
+    lost / back lines and writes nodes.json."""
 
-    def __init__(self, store, token: str, run_dir: Path, min_nodes: int, max_nodes: int,
+    def __init__(self, store, run_id: str, run_dir: Path, min_nodes: int, max_nodes: int,
                  log: Callable[[str], None], master_address: str):
-        self.store, self.token, self.run_dir = store, token, run_dir
+        self.store, self.run_id, self.run_dir = store, run_id, run_dir
         self.min_nodes, self.max_nodes, self.log = min_nodes, max_nodes, log
         self.master_address = master_address
         self.nodes: dict[str, Node] = {}
         self.lines: list[str] = []
-        self.seen = 0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rl-studio-nodes", daemon=True)
 
@@ -319,6 +237,21 @@ class NodeMonitor:
     def live(self) -> list[Node]:
         return [node for node in self.nodes.values() if not node.lost]
 
+    def admit(self, request: dict, address: str) -> str | None:
+        """A node that proved the token (the gate's callback): None, or why it cannot join."""
+        with self._lock:
+            if len(self.live()) >= self.max_nodes:
+                self.say(f"Worker refused: {address} (the run already has {self.max_nodes} of max_nodes "
+                         f"{self.max_nodes} nodes)")
+                return (f"the run already has its max_nodes ({self.max_nodes}) nodes; start the worker again when "
+                        f"one leaves, or raise max_nodes on the master")
+            now = time.time()
+            self.nodes[request["node"]] = Node(request["node"], address, request["hostname"][:100],
+                                               int(request["nproc"]), now, now)
+            self.say(f"Worker connected: {address} ({request['nproc']} processes); "
+                     f"{len(self.live())} of {self.min_nodes}..{self.max_nodes} nodes")
+            return None
+
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             try:
@@ -328,31 +261,22 @@ class NodeMonitor:
                 self.log(f"node table: {type(error).__name__}: {error}")
 
     def poll(self) -> None:
-        nonce = store_get(self.store, "nonce")
-        count = self.store.add(KEY + "joins", 0)
-        while self.seen < count:
-            self.seen += 1
-            request = json.loads(self.store.get(KEY + f"join/{self.seen}"))
-            expected = proof(self.token, nonce, request["node"])
-            if not hmac.compare_digest(expected, str(request.get("proof", ""))):
-                self.store.set(KEY + f"verdict/{request['node']}",
-                               "wrong token: give this run's token with --token or RL_STUDIO_TOKEN (the master "
-                               "printed it when it started)")
-                self.say(f"Worker refused: {request['host']} (wrong token)")
-                continue
-            now = time.time()
-            self.nodes[request["node"]] = Node(request["node"], request["host"], request.get("hostname", ""),
-                                               int(request["nproc"]), now, now)
-            self.store.set(KEY + f"verdict/{request['node']}", "ok")
-            self.say(f"Worker connected: {request['host']} ({request['nproc']} processes); "
-                     f"{len(self.live())} of {self.min_nodes}..{self.max_nodes} nodes")
-        for node in self.live():
-            key = KEY + f"alive/{node.node}"
-            if self.store.check([key]):
-                node.last_beat = float(self.store.get(key))
-            if time.time() - node.last_beat > LOST_AFTER_SECONDS:
-                node.lost = True
-                self.say(f"Worker lost: {node.host}")
+        """Heartbeats: a node silent for LOST_AFTER_SECONDS is lost; one that beats again
+        (SIGSTOP then SIGCONT, a network hiccup) is back."""
+        now = time.time()
+        with self._lock:
+            for node in self.nodes.values():
+                key = run_key(self.run_id, f"alive/{node.node}")
+                beat = self.store.get(key).decode(errors="replace")[:64] if self.store.check([key]) else ""
+                if beat != node.beat:
+                    node.beat, node.last_beat = beat, now
+                    if node.lost:
+                        node.lost = False
+                        self.say(f"Worker back: {node.host} (heartbeats again); {len(self.live())} of "
+                                 f"{self.min_nodes}..{self.max_nodes} nodes")
+                elif not node.lost and now - node.last_beat > LOST_AFTER_SECONDS:
+                    node.lost = True
+                    self.say(f"Worker lost: {node.host}")
 
     def write_table(self, finished: bool = False) -> None:
         from trainer.run_dir import atomic_write

@@ -63,12 +63,14 @@ class DistributedContext:
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=self.main_rank)
 
-    def broadcast_object(self, value):
-        import torch.distributed as dist
+    def broadcast_value(self, value):
+        """The main rank's `value` on every rank, as JSON and raw tensor bytes (trainer/wire.py):
+        never a pickle, so a peer can send wrong numbers at worst, never code. gloo sends from
+        host memory, nccl only between GPUs (each rank's own)."""
+        from trainer.wire import broadcast_value
 
-        holder = [value]
-        dist.broadcast_object_list(holder, src=self.main_rank)
-        return holder[0]
+        device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else "cpu"
+        return broadcast_value(value, self.main_rank, self.rank, device)
 
     def any_rank(self, flag: bool, device: torch.device) -> bool:
         """True on every rank when `flag` is True on at least one (used for the stop signal)."""
@@ -97,7 +99,7 @@ class DistributedContext:
         from trainer.resume import restore
 
         found = latest_checkpoint(folder, map_location="cpu") if self.is_main else None
-        found = self.broadcast_object((str(found[0]), found[1]) if found else None)
+        found = self.broadcast_value((str(found[0]), found[1]) if found else None)
         step = 0
         if found is not None:
             payload = found[1]
@@ -171,7 +173,7 @@ def continues_its_run(context: DistributedContext | None, run_dir: Path, config)
 
     if context is None:
         return holds_a_run(run_dir, config)
-    return bool(context.broadcast_object(holds_a_run(run_dir, config) if context.is_main else None))
+    return bool(context.broadcast_value(holds_a_run(run_dir, config) if context.is_main else None))
 
 
 def shutdown_distributed() -> None:

@@ -5,29 +5,33 @@
     python -m trainer master --config cluster.yaml [--host 192.168.1.100] [--port 54321] [--token T]
     python -m trainer worker --master 192.168.1.100:54321 [--token T] [--nproc 2]
 
-The master process hosts the c10d rendezvous store (trainer/cluster.py) and runs an elastic
-agent for its own ranks; each worker runs an agent that joins the same rendezvous. Every rank is
-`python -m trainer _rank --store HOST:PORT`: it reads the run's config and folder from the
-master's store, joins the process group, resumes from the newest checkpoint when the run
-already has one (an elastic restart or re-formation) and trains. The ranks on the master's
-machine write the run folder (trainer/distributed.py, `main_rank`).
+The master process serves the admission gate on its port (trainer/admission.py: the token is
+proved both ways before anything of the run is shared), hosts the c10d store on the next port
+and runs an elastic agent for its own ranks; each worker, once admitted, runs an agent that
+joins the same signed rendezvous (trainer/rendezvous.py). Every rank is `python -m trainer
+_rank`: it takes the run's config, folder and custom-code permission from its own agent's
+environment (RANK_SETUP_ENV), never from the network, joins the process group, resumes from the
+newest checkpoint when the run already has one (an elastic restart or re-formation) and trains.
+The ranks on the master's machine write the run folder (trainer/distributed.py, `main_rank`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import secrets
 import socket
 import sys
-import uuid
 from pathlib import Path
 
+from trainer.admission import AdmissionGate, RefusedError, request_admission, resolve_token
 from trainer.checks import ConfigError
-from trainer.cluster import (DEFAULT_PORT, KEY, NodeMonitor, RefusedError, connect_store, host_store, local_address,
-                             parse_endpoint, pin_collectives_to, publish_run, register_guarded_rendezvous,
-                             resolve_token, split_cluster_file, store_get)
+from trainer.cluster import (DEFAULT_PORT, NodeMonitor, connect_store, host_store, local_address, parse_endpoint,
+                             pin_collectives_to, run_key, split_cluster_file, start_heartbeat)
 from trainer.distributed import WRITER_ENV
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+RANK_SETUP_ENV = "RL_STUDIO_RANK"    # what a node's agent tells its own ranks (never read from the network)
 ENCRYPTION_NOTE = ("traffic between nodes is not encrypted: this torch build's gloo has no TLS transport "
                    "(GLOO_DEVICE_TRANSPORT=TCP_TLS fails with 'unsupported gloo device'); run the cluster on a "
                    "private network or through a WireGuard / SSH tunnel (docs/readme/cluster.md)")
@@ -54,49 +58,81 @@ def ranks_wanted(config, nproc: int | None) -> int:
     return len(config.gpu_ids)
 
 
-def _launch(entry_args: list[str], nproc: int, min_nodes: int, max_nodes: int, max_restarts: int, run_id: str,
-            store_host: str, port: int, token: str, node_address: str) -> None:
-    """One elastic agent on this machine, through the token-checking c10d rendezvous."""
+def custom_code_line(allowed: bool, flag: str) -> str:
+    """Each node says what it decided, on its own: the network never decides what code runs."""
+    if allowed:
+        return f"note: custom code (module:Class envs, wrappers) allowed on this machine by {flag}"
+    return f"note: custom code (module:Class envs, wrappers) not allowed on this machine (it takes {flag})"
+
+
+def _launch(config, nproc: int, run_id: str, store: str, token: str, node_address: str, setup: dict,
+            say) -> None:
+    """One elastic agent on this machine, through the signed c10d rendezvous at `store`. Its ranks
+    read `setup` (the config, the run folder, the custom-code permission) from this process's
+    environment: nothing they run comes from the network."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    backend = register_guarded_rendezvous(token, node_address, nproc)
+    from trainer.rendezvous import register_signed_rendezvous
+
+    backend = register_signed_rendezvous(token, say)
     # A fresh bootstrap store for every rendezvous round. torch's default shares one TCPStore
     # across rounds without a per-round prefix, so after a re-formation a new rank can read the
     # dead rank's gloo address and fail ("connectFullMesh ... Connection refused"), burning an
     # extra restart or hanging the round; every agent of the run must agree, so all set it here.
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    os.environ[RANK_SETUP_ENV] = json.dumps({**setup, "store": store, "run_id": run_id})
     pin_collectives_to(node_address)
-    config = LaunchConfig(min_nodes=min_nodes, max_nodes=max_nodes, nproc_per_node=nproc, run_id=run_id,
-                          rdzv_backend=backend, rdzv_endpoint=f"{store_host}:{port}",
-                          rdzv_configs={"is_host": False, **RENDEZVOUS_TIMEOUTS}, max_restarts=max_restarts,
+    launch = LaunchConfig(min_nodes=config.min_nodes, max_nodes=config.max_nodes, nproc_per_node=nproc,
+                          run_id=run_id, rdzv_backend=backend, rdzv_endpoint=store,
+                          rdzv_configs={"is_host": False, **RENDEZVOUS_TIMEOUTS}, max_restarts=config.max_restarts,
                           monitor_interval=0.5, local_addr=node_address, start_method="spawn")
-    elastic_launch(config, sys.executable)("-m", "trainer", "_rank", "--store", f"{store_host}:{port}", *entry_args)
+    try:
+        elastic_launch(launch, sys.executable)("-m", "trainer", "_rank")
+    finally:
+        os.environ.pop(RANK_SETUP_ENV, None)
 
 
 def host_run(config, run_dir: Path, host: str, port: int, token: str | None, nproc: int,
-             notes: list[str] = (), say=print) -> int:
-    """Serve the rendezvous on host:port, run this machine's ranks, watch the nodes; the master
-    command and `--nproc` both end here."""
+             notes: list[str] = (), say=print, allow_custom_envs: bool = False, store_port: int | None = None,
+             flag: str = "--allow-custom-envs") -> int:
+    """Serve the admission gate on host:port and the store on host:store_port, run this
+    machine's ranks, watch the nodes; the master command, `--nproc` and the studio end here."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
 
     from trainer.config import to_yaml
+    from trainer.serve import ServerHandle  # TEMP: moves to http_limits
 
     token = resolve_token(token, generate=True)
-    store = host_store(host, port)
-    publish_run(store, to_yaml(config), run_dir, f"rl-studio-{uuid.uuid4().hex[:12]}", token)
+    run_id = secrets.token_hex(16)          # the rendezvous id: the secret name of every key of the run
+    store_port = store_port or (port + 1 if port else free_port(host))
+    store = host_store(host, store_port)
+    config_yaml = to_yaml(config)
+    monitor = NodeMonitor(store, run_id, run_dir, config.min_nodes, config.max_nodes, say, f"{host}:{port}")
+    run = {"config": config_yaml, "run_id": run_id, "store": f"{host}:{store_port}", "run_dir": str(run_dir)}
+
+    def admit(request: dict, address: str) -> str | None:
+        return monitor.admit({**request, "nproc": request["nproc"] or ranks_wanted(config, None)}, address)
+
+    gate = ServerHandle(AdmissionGate(token, run, admit, say).app(), host, port)
+    port = gate.port
+    monitor.master_address = f"{host}:{port}"
     for note in notes:
         say(f"note: {note}")
+    say(custom_code_line(allow_custom_envs, flag))
     if config.max_nodes > 1:
-        say(f"Master listening on {host}:{port}: start workers with `python -m trainer worker --master "
-            f"{host}:{port} --token {token}` (or RL_STUDIO_TOKEN={token})")
+        say(f"Master listening on {host}:{port} (the run's store on port {store_port}): start workers with "
+            f"`python -m trainer worker --master {host}:{port} --token {token}` (or RL_STUDIO_TOKEN={token})")
         say(f"note: {ENCRYPTION_NOTE}")
-    monitor = NodeMonitor(store, token, run_dir, config.min_nodes, config.max_nodes, say, f"{host}:{port}").start()
+    node = f"{host}/{os.getpid()}/master"
+    monitor.admit({"node": node, "hostname": socket.gethostname(), "nproc": nproc}, host)
+    start_heartbeat(store, run_id, node)
+    monitor.start()
     os.environ[WRITER_ENV] = "1"     # inherited by this machine's ranks only: they write the run folder
     try:
-        _launch([], nproc, config.min_nodes, config.max_nodes, config.max_restarts, store_get(store, "run_id"),
-                host, port, token, host)
+        _launch(config, nproc, run_id, f"{host}:{store_port}", token, host,
+                {"config": config_yaml, "run_dir": str(run_dir), "allow_custom_envs": allow_custom_envs}, say)
     except ChildFailedError as error:
         say(f"error: training failed after {config.max_restarts} restarts: {str(error).strip()[:2000]} "
             f"(details in {run_dir / 'train.log'})")
@@ -111,6 +147,7 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
     finally:
         os.environ.pop(WRITER_ENV, None)
         monitor.stop()
+        gate.stop()
     say(f"Run directory: {run_dir}")
     return EXIT_OK
 
@@ -133,7 +170,8 @@ def launch_here(config, args: argparse.Namespace, nproc: int) -> int:
     run_dir = run_dir_for(config, args.resume, args.run_dir, args.runs_dir)
     quiet = getattr(args, "quiet", False)
     return host_run(config, run_dir, "127.0.0.1", free_port(), None, nproc,
-                    say=(lambda line: None) if quiet else print)
+                    say=(lambda line: None) if quiet else print,
+                    allow_custom_envs=bool(getattr(args, "allow_custom_envs", False)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,8 +186,12 @@ def build_master_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", "-s", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set min_nodes=2 --set max_nodes=4")
     parser.add_argument("--host", help="address to listen on (default: master.host of the file, else 127.0.0.1)")
-    parser.add_argument("--port", type=int, help=f"port to listen on (default: master.port, else {DEFAULT_PORT})")
-    parser.add_argument("--token", help="the run's token (default: RL_STUDIO_TOKEN, else a new random one, printed)")
+    parser.add_argument("--port", type=int, help=f"the admission port workers are given (default: master.port, else "
+                                                 f"{DEFAULT_PORT})")
+    parser.add_argument("--store-port", type=int, help="port of the run's c10d store, which admitted workers are told "
+                                                       "(default: --port + 1)")
+    parser.add_argument("--token", help="the run's token, at least 20 random characters (default: RL_STUDIO_TOKEN, "
+                                        "else a new random 128-bit one, printed)")
     parser.add_argument("--nproc", type=int, help="ranks on this machine (default: nproc_per_node)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--runs-dir", default="runs", help="folder for new run directories (default: runs)")
@@ -178,8 +220,10 @@ def master_command(argv: list[str]) -> int:
         check_run_fits(config)
         host = args.host or cluster.host or "127.0.0.1"
         port = args.port or cluster.port
+        resolve_token(args.token, generate=False)   # a weak token is refused before anything starts
         run_dir = run_dir_for(config, args.resume, args.run_dir, args.runs_dir)
-        return host_run(config, run_dir, host, port, args.token, ranks_wanted(config, args.nproc), cluster.notes)
+        return host_run(config, run_dir, host, port, args.token, ranks_wanted(config, args.nproc), cluster.notes,
+                        allow_custom_envs=args.allow_custom_envs, store_port=args.store_port)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -205,14 +249,22 @@ def worker_command(argv: list[str]) -> int:
 
     try:
         host, port = parse_endpoint(args.master)
-        config = _config_from_store(connect_store(host, port), f"the master at {host}:{port}",
-                                    args.allow_custom_envs)
         token = resolve_token(args.token, generate=False)
-        extra = ["--allow-custom-envs"] if args.allow_custom_envs else []
+        if token is None:
+            raise ConfigError("a worker needs the run's token: --token TOKEN or RL_STUDIO_TOKEN (the master printed "
+                              "it when it started)")
+        node_address = local_address(host, port)
+        node, run = request_admission(f"{host}:{port}", token, node_address, args.nproc or 0)
+        config = config_from_setup(run["config"], args.allow_custom_envs, f"the master at {host}:{port}",
+                                   "--allow-custom-envs on the worker")
+        store_host, store_port = parse_endpoint(run["store"], "the run's store")
+        start_heartbeat(connect_store(store_host, store_port), run["run_id"], node)
         print(f"Joining the run at {host}:{port} ({ranks_wanted(config, args.nproc)} processes)", flush=True)
+        print(custom_code_line(args.allow_custom_envs, "--allow-custom-envs"), flush=True)
         print(f"note: {ENCRYPTION_NOTE}", flush=True)
-        _launch(extra, ranks_wanted(config, args.nproc), config.min_nodes, config.max_nodes, config.max_restarts,
-                store_get(connect_store(host, port), "run_id"), host, port, token or "", local_address(host, port))
+        _launch(config, ranks_wanted(config, args.nproc), run["run_id"], run["store"], token, node_address,
+                {"config": run["config"], "run_dir": run["run_dir"], "allow_custom_envs": args.allow_custom_envs},
+                print)
     except (ConfigError, RefusedError, RendezvousError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -227,12 +279,13 @@ def worker_command(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _config_from_store(store, source: str, allow_custom_code: bool):
+def config_from_setup(config_yaml: str, allow_custom_code: bool, source: str, flag: str):
+    """The run's config, refused if it names code this machine's user did not allow."""
     from trainer.config import config_from_dict, require_code_permission
     from trainer.safe_yaml import load_yaml_text
 
-    config = config_from_dict(load_yaml_text(store_get(store, "config"), source))
-    require_code_permission(config, allow_custom_code, source, "--allow-custom-envs on the worker")
+    config = config_from_dict(load_yaml_text(config_yaml, source))
+    require_code_permission(config, allow_custom_code, source, flag)
     return config
 
 
@@ -250,27 +303,25 @@ def formation_line(formation: int, world_size: int, restart: int, max_restarts: 
 
 def rank_command(argv: list[str]) -> int:
     """One rank, started by an elastic agent (never by hand)."""
-    parser = argparse.ArgumentParser(prog="python -m trainer _rank")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--allow-custom-envs", action="store_true")
-    args = parser.parse_args(argv)
+    argparse.ArgumentParser(prog="python -m trainer _rank",
+                            description=f"takes everything from {RANK_SETUP_ENV}, set by its agent").parse_args(argv)
     from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.events import LogSink
     from trainer.loop import train
     from trainer.setup import device_type
 
-    host, port = parse_endpoint(args.store, "--store")
-    store = connect_store(host, port)
-    writer = os.environ.get(WRITER_ENV) == "1"
-    config = _config_from_store(store, f"the master at {host}:{port}", writer or args.allow_custom_envs)
-    run_dir = Path(store_get(store, "run_dir"))
+    setup = json.loads(os.environ[RANK_SETUP_ENV])
+    config = config_from_setup(setup["config"], setup["allow_custom_envs"], "the run's config",
+                               "--allow-custom-envs on this machine")
+    run_dir = Path(setup["run_dir"])
+    store = connect_store(*parse_endpoint(setup["store"], "the run's store"))
     context = setup_distributed(config.backend, device_type(config))   # None in a world of one rank
     resume = continues_its_run(context, run_dir, config)
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     sinks = []
     if context is None or context.is_main:
         sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
-        print(formation_line(store.add(KEY + "formations", 1), context.world_size if context else 1, restart,
+        print(formation_line(store.add(run_key(setup["run_id"], "formations"), 1), context.world_size if context else 1, restart,
                              config.max_restarts, resume), flush=True)
     from trainer.signals import StopRequest
 
