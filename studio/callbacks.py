@@ -54,15 +54,16 @@ class Studio:
     """The page's event functions. Shared state: the RunManager (and a usage sampler)."""
 
     def __init__(self, manager: RunManager, allow_custom_envs: bool = False,
-                 monitor: SystemMonitor | None = None, poll_seconds: float = 1.0, chart_seconds: float = 2.0):
+                 monitor: SystemMonitor | None = None, poll_seconds: float = 1.0, chart_seconds: float = 2.0,
+                 scratch: ScratchFolder | None = None):
         self.manager = manager
         self.allow_custom_envs = allow_custom_envs
         self.monitor = monitor or SystemMonitor()
         self.poll_seconds = poll_seconds
         self.chart_seconds = chart_seconds
-        # Exported YAML and evaluation GIFs are the studio's own output, not a run's: one temp
-        # folder for this studio, reused by every click and removed when the studio exits.
-        self.scratch = ScratchFolder()
+        # Exported YAML, evaluation GIFs, ONNX files (and, launched, Gradio's uploads) are the
+        # studio's own, not a run's: one temp folder for this studio, removed when it exits.
+        self.scratch = scratch or ScratchFolder()
 
     # ---- helpers
 

@@ -91,7 +91,7 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
     import torch
 
     from trainer.checkpoint import CheckpointError, load_model
-    from trainer.evaluate import evaluate
+    from trainer.evaluate import EnvMismatchError, evaluate
 
     episode_count = parse_episodes(episodes)
     if not str(path).lower().endswith((".pth", ".pt")):
@@ -112,6 +112,8 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
         result = evaluate(model, episodes=episode_count, deterministic=deterministic, gif_path=gif_path,
                           gif_max_frames=gif_max_frames, max_episode_steps=20_000,
                           allow_custom_code=allow_custom_envs)
+    except EnvMismatchError as error:  # its message names both shapes and what to do
+        raise EvaluationError(f"Could not evaluate {Path(path).name}: {error}") from None
     except Exception as error:  # noqa: BLE001 - env construction or playing failed: say so, do not crash
         raise EvaluationError(f"Playing {Path(path).name} failed: {type(error).__name__}: {error}") from None
     return EvaluationSummary(

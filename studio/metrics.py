@@ -6,11 +6,11 @@ collector's RunSamples and serves them on Gradio's FastAPI app, as a route hande
 when it is built (`launch_options(...)["app_kwargs"]["routes"]`).
 
 With `--auth` the endpoint asks for the same user and password by HTTP basic auth (Prometheus:
-`basic_auth` in the scrape config); without it, it is as open as the studio.
+`basic_auth` in the scrape config); without it, it is as open as the studio. Wrong passwords here
+count in the studio's one login throttle (studio/throttle.py), as wrong ones at the login page do.
 """
 from __future__ import annotations
 
-import base64
 import hmac
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from studio.history import RunSnapshot
 from studio.runs import RunManager
+from studio.throttle import basic_credentials
 from trainer.metrics_export import DEFAULT_FALLING_UPDATES, RunSample, RunsCollector
 from trainer.run_dir import read_owner
 
@@ -54,13 +55,7 @@ def metrics_registry(manager: RunManager) -> CollectorRegistry:
 def _authorised(request: Request, auth: tuple[str, str] | None) -> bool:
     if auth is None:
         return True
-    scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "basic":
-        return False
-    try:
-        user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (ValueError, UnicodeDecodeError):
-        return False
+    user, password = basic_credentials(request.headers.get("authorization")) or ("", "")
     return hmac.compare_digest(user.encode(), auth[0].encode()) & hmac.compare_digest(password.encode(),
                                                                                      auth[1].encode())
 

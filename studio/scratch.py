@@ -1,9 +1,10 @@
 """What the studio writes outside run folders, and what it shows of server paths.
 
-`ScratchFolder`: one temporary folder per studio process (exported YAML, evaluation GIFs), reused
-by every click and removed when the process exits. It is made on the first file asked of it, so a
-studio that exports and evaluates nothing (or is killed, where no exit hook runs) leaves nothing
-in /tmp.
+`ScratchFolder`: one temporary folder per studio process (exported YAML, evaluation GIFs, ONNX
+exports, and in a launched studio Gradio's uploads: studio/uploads.py), private to it (mode 0700),
+reused by every click and removed when the process exits. It is made on the first file asked of
+it (a launched studio: at start, for the uploads), so a Studio that exports and evaluates nothing
+leaves nothing in /tmp.
 `hide_server_paths`: messages name an uploaded file by its own name, never by where Gradio put
 it on the server (/tmp/gradio/<sha256>/...).
 """

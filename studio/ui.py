@@ -24,7 +24,9 @@ from studio.form import BASIC_FIELDS, FORM_FIELDS, FormField, advanced_groups, f
 from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
 from studio.runs import RunManager
 from studio.runs_tab import ALL, DEFAULT_SORT, SORT_ORDERS, STATUS_FILTERS
+from studio.scratch import ScratchFolder
 from studio.system import SystemMonitor, available_devices
+from studio.uploads import DEFAULT_MAX_UPLOAD, keep_uploads_in
 from trainer.cluster import DEFAULT_PORT
 
 __all__ = ["DOWNLOAD_KINDS", "Studio", "build_app", "launch", "launch_options", "merged_settings"]
@@ -196,8 +198,8 @@ def _form_component(form_field: FormField, value: Any, devices: Sequence[str], e
 
 
 def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds: float = 1.0,
-              monitor: SystemMonitor | None = None) -> gr.Blocks:
-    studio = Studio(manager, allow_custom_envs, monitor, poll_seconds)
+              monitor: SystemMonitor | None = None, scratch: ScratchFolder | None = None) -> gr.Blocks:
+    studio = Studio(manager, allow_custom_envs, monitor, poll_seconds, scratch=scratch)
     defaults = tuned_config(DEFAULT_ENV)
     default_values = dict(zip((f.key for f in FORM_FIELDS), form_values(defaults)))
     devices = available_devices()
@@ -321,7 +323,7 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
             with gr.Tab("Watch", id="watch") as watch_tab:  # studio/watch.py: live play, ONNX, policy server
                 from studio.watch import build_watch_tab
 
-                build_watch_tab(manager, allow_custom_envs, watch_tab)
+                build_watch_tab(manager, allow_custom_envs, studio.scratch, watch_tab)
 
         timer = gr.Timer(poll_seconds, active=False)
         runs_timer = gr.Timer(poll_seconds, active=False)  # on while the Runs tab shows a run that trains
@@ -430,17 +432,19 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
 
 
 def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_paths: list[str],
-                   max_upload_size: str) -> dict:
-    """Blocks.launch keywords: files served only from the runs folder, bounded session state,
-    failed logins throttled per client address."""
+                   max_upload_size: str | int) -> dict:
+    """Blocks.launch keywords: files served only from the runs folder, bounded session state and
+    uploads, failed logins (page and /metrics) throttled per client address and user name."""
     from starlette.middleware import Middleware
 
     from studio.throttle import LoginThrottle
+    from studio.uploads import UploadLimit, parse_size
 
+    max_bytes = parse_size(max_upload_size)
     return dict(server_name=host, server_port=port, auth=auth, css=CSS, theme=gr.themes.Soft(),
-                allowed_paths=allowed_paths, max_file_size=max_upload_size, footer_links=["api"],
+                allowed_paths=allowed_paths, max_file_size=max_bytes, footer_links=["api"],
                 show_error=False, state_session_capacity=SESSION_CAPACITY,
-                app_kwargs={"middleware": [Middleware(LoginThrottle)]})
+                app_kwargs={"middleware": [Middleware(LoginThrottle), Middleware(UploadLimit, max_bytes=max_bytes)]})
 
 
 def startup_line(url: str, runs_dir) -> str:
@@ -450,12 +454,17 @@ def startup_line(url: str, runs_dir) -> str:
 
 def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
            auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
-           allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str = "200mb",
-           cluster_host: str = "127.0.0.1", cluster_port: int = DEFAULT_PORT) -> None:
-    """Build the studio and serve it until Ctrl-C; running trainers are then stopped (saving models)."""
+           allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str | int = DEFAULT_MAX_UPLOAD,
+           cluster_host: str = "127.0.0.1", cluster_port: int = DEFAULT_PORT,
+           scratch: ScratchFolder | None = None) -> None:
+    """Build the studio and serve it until Ctrl-C; running trainers are then stopped (saving models).
+    scratch: the studio's scratch folder, when the caller made it (and pointed Gradio's uploads into
+    it) before importing gradio, as app.py does."""
+    scratch = scratch or ScratchFolder()
+    keep_uploads_in(scratch)  # before the page is built: each component reads GRADIO_TEMP_DIR when made
     manager = RunManager(runs_dir, max_concurrent_runs=max_concurrent_runs, allow_custom_envs=allow_custom_envs,
                          cluster_host=cluster_host, cluster_port=cluster_port)
-    demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds)
+    demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds, scratch=scratch)
     demo.queue(default_concurrency_limit=4)
     from studio.score import preload_in_background
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import gradio as gr  # at module level: Gradio reads the handlers' `gr.Request` 
 
 import numpy as np
 
+from studio.scratch import ScratchFolder
 from trainer.config import CodePermissionError, require_code_permission
 
 RELOAD_SECONDS = 5.0      # how often a newer checkpoint is looked for
@@ -225,15 +225,15 @@ def frame_html(frame: WatchFrame | None, message: str = "") -> str:
 # ONNX and the policy server, for the studio's buttons
 
 
-def export_run_onnx(run_dir: str | Path) -> Path:
-    """The run's newest model as ONNX, in a temporary folder the studio may serve files from."""
+def export_run_onnx(run_dir: str | Path, scratch: ScratchFolder) -> Path:
+    """The run's newest model as ONNX, in the studio's own scratch folder (private to it, removed
+    at exit; only the newest few exports are kept), from where Gradio serves the download."""
     from trainer.checkpoint import CheckpointError
     from trainer.export import ExportError, export_onnx, resolve_model_path
 
     try:
         source = resolve_model_path(run_dir)
-        folder = Path(tempfile.gettempdir()) / "rl-studio-onnx"
-        return export_onnx(source, folder / f"{Path(run_dir).name}_{source.stem}.onnx")
+        return export_onnx(source, scratch.file("onnx", f"{Path(run_dir).name}_{source.stem}.onnx"))
     except (ExportError, CheckpointError) as error:
         raise WatchError(str(error)) from None
 
@@ -285,11 +285,12 @@ def server_message(url: str, run_id: str) -> str:
 # The tab
 
 
-def build_watch_tab(manager, allow_custom_envs: bool, tab=None) -> dict:
+def build_watch_tab(manager, allow_custom_envs: bool, scratch: ScratchFolder, tab=None) -> dict:
     """Build the Watch tab's components (call inside `with gr.Tab(...)`) and wire their events.
 
-    manager: the studio's RunManager (its runs are offered); tab: the gr.Tab, whose select
-    refreshes the run list. Returns the components by name (tests, layout)."""
+    manager: the studio's RunManager (its runs are offered); scratch: the studio's scratch folder
+    (ONNX exports); tab: the gr.Tab, whose select refreshes the run list. Returns the components
+    by name (tests, layout)."""
 
     servers = PolicyServers()
     private = dict(api_visibility="private")
@@ -330,7 +331,7 @@ def build_watch_tab(manager, allow_custom_envs: bool, tab=None) -> dict:
 
     def on_export(run_id: str | None):
         try:
-            path = export_run_onnx(run_dir_of(run_id))
+            path = export_run_onnx(run_dir_of(run_id), scratch)
         except (WatchError, ValueError) as error:
             return gr.DownloadButton(visible=False), f"Could not export: {error}"
         return (gr.DownloadButton(f"Download {path.name}", value=str(path), visible=True, interactive=True),

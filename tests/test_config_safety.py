@@ -4,6 +4,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from trainer.safe_yaml import YamlError, load_yaml_text
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
     f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_alias_bomb_is_refused_before_it_expands():
@@ -132,3 +134,27 @@ def test_one_rule_for_derived_batch_keys():
     assert config_from_dict(merged).num_steps == 64
     merged = merge_settings({"max_steps": 100}, {"total_timesteps": 200})
     assert config_from_dict(merged).total_timesteps == 200
+
+
+@pytest.mark.parametrize("text, where", [
+    ("env_name: cartpole\nnum_envs: 4\x00\n", "a control character (NUL, 0x00) at line 2 column 12"),
+    ("seed: 1\x07\n", "a control character (BEL, 0x07) at line 1 column 8"),
+    ("env_name: \ufffe\n", "a non-printable character (U+FFFE) at line 1 column 11"),
+])
+def test_control_characters_are_named_with_their_line_and_column(text, where):
+    with pytest.raises(YamlError) as info:
+        load_yaml_text(text, "config.yaml")
+    assert str(info.value).startswith(f"config.yaml contains {where}; YAML allows only printable characters")
+
+
+def test_cli_config_with_a_nul_byte_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"env_name: cartpole\nnum_envs: 4\x00\n")
+    result = subprocess.run([sys.executable, "-m", "trainer", "--config", str(bad), "--runs-dir", str(tmp_path / "runs")],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "ReaderError" not in result.stderr
+    assert result.stderr.strip() == (f"error: {bad} contains a control character (NUL, 0x00) at line 2 column 12; "
+                                     "YAML allows only printable characters (save the file as plain text, without "
+                                     "binary data)")
+    assert not (tmp_path / "runs").exists()

@@ -199,3 +199,77 @@ def test_the_flappy_bird_example_plays_from_the_onnx_file(tmp_path):
                           env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("score") == 2 and "episode 2" in done.stdout
+
+
+# -- the output path: never replaced unasked, never written through a link; the real env recorded ----
+
+
+@pytest.fixture(scope="module")
+def snake_run(tmp_path_factory):
+    """A snake model on an 8x8 grid (features: 18 numbers), trained for 3 updates."""
+    run_dir = tmp_path_factory.mktemp("snake") / "run"
+    train(config_from_dict({**TINY, "env_name": "snake", "env_kwargs": {"grid_size": 8}}), run_dir)
+    return run_dir
+
+
+def export_cli(capsys, *args: str) -> tuple[int, str]:
+    from trainer.__main__ import main
+
+    code = main(["export", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_cli_export_refuses_an_existing_file_without_force_and_replaces_it_atomically_with(snake_run, tmp_path,
+                                                                                           capsys):
+    out = tmp_path / "agent.onnx"
+    out.write_bytes(b"my earlier export")
+    keep = tmp_path / "hard-link-to-the-earlier-file"
+    os.link(out, keep)
+    code, text = export_cli(capsys, snake_run, "--onnx", out)
+    assert code == 2
+    assert text.strip() == (f"error: --onnx {out}: there is a file at this path already; pass --force to replace "
+                            f"it, or choose another name")
+    assert out.read_bytes() == b"my earlier export"
+
+    code, text = export_cli(capsys, snake_run, "--onnx", out, "--force")
+    assert code == 0, text
+    assert keep.read_bytes() == b"my earlier export"  # a new file took the name: nothing was written in place
+    assert onnx_session(out).get_modelmeta().custom_metadata_map["env_name"] == "snake"
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["agent.onnx", keep.name]  # no temporary left
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["link-to-a-file", "dangling-link"])
+def test_cli_export_never_writes_through_a_symbolic_link(snake_run, tmp_path, capsys, dangling):
+    target = tmp_path / "elsewhere" / "precious.txt"
+    target.parent.mkdir()
+    if not dangling:
+        target.write_text("not yours to overwrite")
+    link = tmp_path / "agent.onnx"
+    link.symlink_to(target)
+    code, text = export_cli(capsys, snake_run, "--onnx", link)
+    assert code == 2 and f"--onnx {link}: there is a symbolic link" in text and "--force" in text
+    assert link.is_symlink()
+
+    code, text = export_cli(capsys, snake_run, "--onnx", link, "--force")
+    assert code == 0, text
+    assert not link.is_symlink() and link.is_file()  # the link itself was replaced ...
+    assert (target.read_text() == "not yours to overwrite") if not dangling else not target.exists()  # ... not its target
+    onnx_session(link)
+
+
+def test_export_refuses_a_folder_as_the_output(snake_run, tmp_path):
+    folder = tmp_path / "out.onnx"
+    folder.mkdir()
+    with pytest.raises(ExportError, match="is a folder"):
+        export_onnx(snake_run, folder)
+
+
+def test_metadata_names_the_env_the_model_was_trained_on_with_its_options(snake_run, tmp_path, capsys):
+    code, text = export_cli(capsys, snake_run, "--onnx", tmp_path / "snake.onnx")
+    assert code == 0 and "env snake" in text, text
+    metadata = onnx_session(tmp_path / "snake.onnx").get_modelmeta().custom_metadata_map
+    saved = load_model(snake_run / "snake_ppo_final.pth").config
+    assert metadata["env_name"] == saved["env_name"] == "snake"
+    assert json.loads(metadata["env_kwargs"]) == saved["env_kwargs"] == {"grid_size": 8}
+    assert json.loads(metadata["obs_shape"]) == [18]

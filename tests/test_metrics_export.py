@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def test_the_cli_serves_metrics_on_metrics_port_while_training(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir", str(tmp_path),
                "--set", "total_timesteps=2000000", "--set", "num_envs=8", "--set", "gif_interval=0",
-               "--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--quiet"]
+               "--metrics-port", str(port), "--quiet"]  # no --metrics-host: the default, this machine only
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         steps = []
@@ -142,3 +143,72 @@ def test_a_busy_metrics_port_is_a_clear_usage_error(tmp_path):
                                 timeout=120)
     assert result.returncode == 2
     assert f"--metrics-port {port}" in result.stderr and "pick a free port" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Who may scrape a trainer: this machine only, unless a key is set (trainer/bind.py)
+
+
+def scrape_status(url: str, headers: dict | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_the_trainers_metrics_listen_on_this_machine_only_by_default():
+    from trainer.__main__ import build_train_parser
+    from trainer.metrics_server import serve_trainer_metrics
+
+    assert build_train_parser().parse_args(["--metrics-port", "9109"]).metrics_host == "127.0.0.1"
+    _, server = serve_trainer_metrics(0)
+    try:
+        assert server.server.socket.getsockname()[0] == "127.0.0.1"
+        assert scrape_status(f"http://127.0.0.1:{server.address[1]}/metrics")[0] == 200  # no key needed there
+    finally:
+        server.close()
+
+
+def test_loopback_is_this_machine_and_nothing_else():
+    from trainer.bind import is_loopback
+
+    assert all(map(is_loopback, ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "192.168.1.5", "example.com", "localhost.evil.com"]))
+
+
+def test_a_public_metrics_host_without_a_key_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    import pytest
+
+    from trainer.bind import PublicBindError
+    from trainer.metrics_server import serve_trainer_metrics
+
+    with pytest.raises(PublicBindError, match="--metrics-key"):
+        serve_trainer_metrics(0, "0.0.0.0")
+    monkeypatch.delenv("RL_STUDIO_METRICS_KEY", raising=False)
+    result = subprocess.run([sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir",
+                             str(tmp_path / "runs"), "--metrics-port", str(free_port()), "--metrics-host", "0.0.0.0"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--metrics-host 0.0.0.0" in result.stderr and "--metrics-key KEY" in result.stderr
+    assert "RL_STUDIO_METRICS_KEY" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists(), "a refused start made a run folder"
+
+
+def test_with_a_key_a_scrape_needs_it_as_a_bearer_token():
+    from trainer.metrics_server import serve_trainer_metrics
+
+    sink, server = serve_trainer_metrics(0, "127.0.0.1", key="s3cret-key")
+    sink(make_event("start", run_id="keyed-1", config={"env_name": "cartpole"}, device="cpu",
+                    total_timesteps=1000, resumed_from_step=None))
+    url = f"http://127.0.0.1:{server.address[1]}/metrics"
+    try:
+        status, body = scrape_status(url)
+        assert status == 401 and "Authorization: Bearer KEY" in body
+        assert scrape_status(url, {"Authorization": "Bearer wrong"})[0] == 401
+        assert scrape_status(url, {"Authorization": "Basic czNjcmV0LWtleQ=="})[0] == 401
+        status, body = scrape_status(url, {"Authorization": "Bearer s3cret-key"})
+        assert status == 200 and 'run_id="keyed-1"' in body
+    finally:
+        server.close()

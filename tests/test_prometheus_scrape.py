@@ -1,5 +1,6 @@
-"""A real Prometheus (Debian's `prometheus` binary) scrapes a running trainer's --metrics-port:
-its HTTP API shows the run's step counter rising, and the alert rules load."""
+"""A real Prometheus (Debian's `prometheus` binary) scrapes a running trainer's --metrics-port,
+with its --metrics-key as `authorization: {credentials: ...}`: its HTTP API shows the run's step
+counter rising, and the alert rules load."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ import pytest
 from test_studio_helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
+KEY = "scrape-key-1"
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed "
                                                            "(Debian/Ubuntu: apt-get install -y prometheus)")
@@ -34,11 +36,12 @@ def test_prometheus_sees_the_trainers_step_counter_rise(tmp_path):
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "rule_files: [alerts.yml]\n"
         "scrape_configs:\n"
-        f"  - job_name: rlstudio-trainer\n    static_configs: [{{targets: ['127.0.0.1:{trainer_port}']}}]\n")
+        f"  - job_name: rlstudio-trainer\n    authorization: {{credentials: {KEY}}}\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{trainer_port}']}}]\n")
     trainer = subprocess.Popen(
         [sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir", str(tmp_path / "runs"),
          "--set", "total_timesteps=5000000", "--set", "num_envs=8", "--set", "gif_interval=0", "--quiet",
-         "--metrics-port", str(trainer_port), "--metrics-host", "127.0.0.1"],
+         "--metrics-port", str(trainer_port), "--metrics-key", KEY],  # Prometheus sends it as a bearer token
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     prometheus = subprocess.Popen(
         [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",

@@ -206,7 +206,7 @@ def test_only_the_page_that_started_a_run_sees_its_worker_command(tmp_path):
     join = manager.worker_join(run_id)
     assert join.command in message and "--cluster-host" in message  # loopback: says how to open it
     run = manager.get(run_id)
-    monitor = NodeMonitor(None, join.token, Path(run.run_dir), 1, 2, lambda line: None, join.master)
+    monitor = NodeMonitor(None, "run-id", Path(run.run_dir), 1, 2, lambda line: None, join.master)
     monitor.nodes = {"m": Node("m", "127.0.0.1", "here", 1, time.time(), time.time())}
     monitor.write_table()
     mine = studio.on_tick(run_id, starter)[-3]

@@ -96,3 +96,36 @@ def test_a_shipped_config_by_its_bare_name_from_any_folder(tmp_path, monkeypatch
     assert shipped_config_file("cartpole.yaml") == "cartpole.yaml"             # a file here wins
     for other in ("nothing.yaml", "../configs/snake.yaml", "sub/snake.yaml"):   # never a path into configs/
         assert shipped_config_file(other) == other
+
+
+def tiny_finished_run(run_dir: Path, env_name: str = "cartpole") -> Path:
+    """A finished run of 2 updates (256 steps), trained in this process."""
+    from trainer.loop import train
+
+    train({"env_name": env_name, "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
+           "total_timesteps": 256, "gif_interval": 0, "device": "cpu"}, run_dir)
+    return run_dir
+
+
+def test_evaluating_on_a_game_whose_observations_do_not_fit_names_both_shapes(tmp_path):
+    run_dir = tiny_finished_run(tmp_path / "run")
+    completed = run_cli("evaluate", str(run_dir / "cartpole_ppo_final.pth"), "--env", "snake", "--episodes", "1")
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip() == ("error: the model expects observations of shape [4] but snake gives [18]: "
+                                        "evaluate it on the env it was trained on (cartpole)")
+    assert "mat1" not in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_resume_of_a_finished_run_refuses_and_leaves_its_history_alone(tmp_path):
+    run_dir = tiny_finished_run(tmp_path / "run")
+    history = (run_dir / "metrics.jsonl").read_text()
+    completed = run_cli("--resume", str(run_dir))
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.strip() == (
+        f"error: run run finished at step 256 (its end is in {run_dir / 'metrics.jsonl'}); to train further, "
+        f"continue it with --resume {run_dir} --set total_timesteps=M, M larger than 256 "
+        f"(e.g. --set total_timesteps=512)")
+    assert (run_dir / "metrics.jsonl").read_text() == history
+    assert history.count('"type":"end"') == 1
+    # Not larger than where it finished: still nothing to train.
+    assert run_cli("--resume", str(run_dir), "--set", "total_timesteps=256").returncode == 2

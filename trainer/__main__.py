@@ -30,6 +30,8 @@ SUBCOMMANDS = """other commands (each has its own --help):
 
 
 def build_train_parser() -> argparse.ArgumentParser:
+    from trainer.metrics_server import METRICS_KEY_ENV
+
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
         description="Train a PPO / A2C agent from a YAML config.",
@@ -55,8 +57,12 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve Prometheus metrics at http://HOST:PORT/metrics while training (rank 0; "
                              "off by default)")
-    parser.add_argument("--metrics-host", default="0.0.0.0",
-                        help="address for --metrics-port (default 0.0.0.0; 127.0.0.1 keeps it on this machine)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address for --metrics-port (default 127.0.0.1: this machine only; any other "
+                             "address, e.g. 0.0.0.0, needs --metrics-key)")
+    parser.add_argument("--metrics-key", default=os.environ.get(METRICS_KEY_ENV), metavar="KEY",
+                        help=f"scrapes must send 'Authorization: Bearer KEY' (default: ${METRICS_KEY_ENV}, "
+                             f"which keeps the key out of the process list)")
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors (train.log has it all)")
     return parser
 
@@ -139,6 +145,15 @@ def train_command(argv: list[str]) -> int:
     from trainer.config import ConfigError, load_config, require_code_permission
     from trainer.preflight import check_run_fits, check_writable_folder
 
+    if args.metrics_port is not None:  # before any folder is made: a refused start leaves nothing behind
+        from trainer.bind import PublicBindError
+        from trainer.metrics_server import check_metrics_bind
+
+        try:
+            check_metrics_bind(args.metrics_host, args.metrics_key)
+        except PublicBindError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USAGE
     config_path = args.config
     if args.resume:
         run_dir = Path(args.resume)
@@ -157,16 +172,20 @@ def train_command(argv: list[str]) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     config_path = shipped_config_file(config_path)
+    from trainer.resume import ResumeError, refuse_finished_run
+
     try:
         config = load_config(config_path, args.overrides)
         if args.resume and args.config is None:  # the run folder's config.yaml is data, not the user's
             require_code_permission(config, args.allow_custom_envs, str(config_path), "--allow-custom-envs")
+        if args.resume:  # a finished run continues only to a larger total_timesteps
+            refuse_finished_run(Path(args.resume), config.total_timesteps)
         # Before any folder exists (train() would do it too, after taking the folder): a bad
         # env_kwargs key or a run too big for this machine leaves nothing behind.
         check_run_fits(config)
         if not args.resume:
             check_writable_folder(Path(args.run_dir or args.runs_dir), "--run-dir" if args.run_dir else "--runs-dir")
-    except ConfigError as error:
+    except (ConfigError, ResumeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -175,7 +194,7 @@ def train_command(argv: list[str]) -> int:
     if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():
         return launch_here(config, args, ranks_wanted(config, args.nproc))
     from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
-    from trainer.loop import ResumeError, train
+    from trainer.loop import train
     from trainer.run_dir import RunOwnedError, create_run_dir
     from trainer.setup import device_type
 
@@ -188,7 +207,7 @@ def train_command(argv: list[str]) -> int:
     else:
         run_dir = create_run_dir(config, args.runs_dir) if is_main else None
     if context is not None:
-        run_dir = Path(context.broadcast_object(str(run_dir)))
+        run_dir = Path(context.broadcast_value(str(run_dir)))
 
     sinks = []
     if is_main and not args.quiet:
@@ -200,11 +219,12 @@ def train_command(argv: list[str]) -> int:
             sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
     metrics_server = None
     if is_main and args.metrics_port is not None:
-        from trainer.metrics_export import serve_trainer_metrics
+        from trainer.metrics_server import serve_trainer_metrics
 
         try:
-            metrics_sink, metrics_server = serve_trainer_metrics(args.metrics_port, args.metrics_host, run_dir.parent)
-        except (OSError, OverflowError) as error:
+            metrics_sink, metrics_server = serve_trainer_metrics(args.metrics_port, args.metrics_host, run_dir.parent,
+                                                                 args.metrics_key)
+        except (OSError, OverflowError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_USAGE
         sinks.append(metrics_sink)
@@ -224,7 +244,9 @@ def train_command(argv: list[str]) -> int:
         print("aborted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - reported as an event and in train.log already
-        print(f"error: training failed: {type(error).__name__}: {error} (details in {run_dir / 'train.log'})",
+        from trainer.storage import failure_message
+
+        print(f"error: training failed: {failure_message(error, run_dir)} (details in {run_dir / 'train.log'})",
               file=sys.stderr)
         return EXIT_FAILED
     finally:

@@ -91,7 +91,7 @@ def atomic_save(payload: dict, path: str | Path) -> Path:
     """torch.save through the run folder's one atomic writer: a crash (even SIGKILL) mid-write
     leaves the previous file at `path` untouched. A failed write raises StorageError: on a full
     disk "no space left on <path>" (torch itself only says "unexpected pos ...")."""
-    from trainer.events import storage_error
+    from trainer.storage import storage_error
 
     try:
         return atomic_write(path, lambda file: torch.save(payload, file))

@@ -112,6 +112,42 @@ def choose_env(model: TrainedModel, env_name: str | None = None, env_kwargs: dic
     return EnvChoice(saved_name, dict(kwargs), wrappers)
 
 
+class EnvMismatchError(ValueError):
+    """The env's observations or actions are not the ones the model's network was built for."""
+
+
+def check_env_fits(model: TrainedModel, env, env_name: str) -> None:
+    """Before the first forward pass, so that a model on the wrong game is told which shapes
+    differ (torch would say only "mat1 and mat2 shapes cannot be multiplied")."""
+    from envs import resolve_env_name
+    from envs.base import EnvError
+
+    def canonical(name):
+        try:
+            return resolve_env_name(name)
+        except (EnvError, TypeError, ValueError):
+            return name
+
+    trained_on = (model.config or {}).get("env_name")
+    if trained_on and canonical(trained_on) != canonical(env_name):
+        advice = f"evaluate it on the env it was trained on ({trained_on})"
+    else:
+        advice = (f"the model's config names {env_name}, but its network was built for another env: the env or "
+                  f"its env_kwargs changed since the model was trained, or the file was edited")
+    expected, given = list(model.observation_shape), [int(size) for size in env.single_observation_space.shape]
+    if given != expected:
+        raise EnvMismatchError(f"the model expects observations of shape {expected} but {env_name} gives "
+                               f"{given}: {advice}")
+    action, space = model.spec["action"], env.single_action_space
+    if action["kind"] == "discrete":
+        wanted, fits = f"one of {action['n']} actions", getattr(space, "n", None) == action["n"]
+    else:
+        wanted, fits = f"{action['dim']} continuous action values", tuple(getattr(space, "shape", ())) == (
+            action["dim"],) and not hasattr(space, "n")
+    if not fits:
+        raise EnvMismatchError(f"the model chooses {wanted} but {env_name} takes {space}: {advice}")
+
+
 @torch.no_grad()
 def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int | None = None,
              device: str = "cpu", seed: int = 0, deterministic: bool = True, gif_path: str | Path | None = None,
@@ -137,6 +173,7 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
     env = make_vec_env(choice.name, num_envs, device=model.device, seed=seed, wrappers=choice.wrappers,
                        **choice.kwargs)
     try:
+        check_env_fits(model, env, choice.name)
         policy = model.policy
         targets = [(episodes + index) // num_envs for index in range(num_envs)]
         counts = [0] * num_envs

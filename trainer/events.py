@@ -14,7 +14,6 @@ import errno
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from trainer.run_dir import atomic_write
+from trainer.storage import storage_error
 
 
 @dataclass(frozen=True)
@@ -83,33 +83,6 @@ def _json_safe(value: Any) -> Any:
 class EventSink(Protocol):
     def __call__(self, event: dict) -> None: ...
     def close(self) -> None: ...
-
-
-class StorageError(OSError):
-    """A run file (metrics.jsonl, a checkpoint, the final model, a GIF) could not be written.
-    The run stops: history or checkpoints that silently stop being written are lost work."""
-
-
-def storage_error(path: str | Path, error: BaseException, needed: int = 0) -> StorageError:
-    """The one translation of a failed write into a message a user can act on: "no space left on
-    <path>" when the disk is full (ENOSPC, or less free space than the write needed: torch reports
-    a full disk as "unexpected pos ..."), else "could not write <path>: <reason>"."""
-    path = Path(path)
-    try:
-        free = shutil.disk_usage(next(folder for folder in (path, *path.parents) if folder.exists())).free
-    except (OSError, StopIteration):
-        free = None
-    full = getattr(error, "errno", None) == errno.ENOSPC or (free is not None and free < needed)
-    if full:
-        detail = f" ({free / 2**20:.1f} MiB free" + (f", about {needed / 2**20:.1f} MiB needed)" if needed else ")") \
-            if free is not None else ""
-        failure = StorageError(f"no space left on {path}{detail}; free some space, then resume the run "
-                               f"(its last checkpoint is intact)")
-        failure.errno = errno.ENOSPC
-        return failure
-    failure = StorageError(f"could not write {path}: {getattr(error, 'strerror', None) or str(error)[:300]}")
-    failure.errno = getattr(error, "errno", None) or errno.EIO  # one-argument OSError: str() is the message alone
-    return failure
 
 
 class EventBus:

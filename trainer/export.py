@@ -1,6 +1,6 @@
 """ONNX export: a trained policy as a file any game engine can run, without PyTorch.
 
-    python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details]
+    python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details] [--force]
 
     from trainer.export import export_onnx
     export_onnx("runs/<run_id>/flappy_bird_ppo_final.pth", "agent.onnx")
@@ -16,9 +16,10 @@ scaling are folded into the graph, so a game feeds what the env observes. Output
     mean     continuous: float32 (batch, dim), unclipped mean; `log_std` in the metadata
     value    float32 (batch,), V(obs)
 
-The file's metadata (`onnx.ModelProto.metadata_props`) names the env, the observation shape,
-the action space, the training step and the output names, so a program can check it is
-feeding the right game. `onnx` and `onnxruntime` are optional extras
+The file's metadata (`onnx.ModelProto.metadata_props`) names the env the model was trained on
+and its env_kwargs (from the checkpoint's config), the observation shape, the action space, the
+training step and the output names, so a program can check it is feeding the right game. The
+CLI refuses to replace an existing file or symbolic link at the output path without --force. `onnx` and `onnxruntime` are optional extras
 (`pip install -r requirements-export.txt`); the studio and trainer run without them.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -105,10 +107,13 @@ def output_names(model: TrainedModel, with_details: bool) -> list[str]:
 
 
 def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
-    """What the .onnx file says about itself (strings, as ONNX metadata must be)."""
+    """What the .onnx file says about itself (strings, as ONNX metadata must be). The env is the
+    one the model was trained on, as its checkpoint's config names it, with its options."""
+    config = model.config or {}
     metadata = {
         "producer": "rl-studio",
-        "env_name": str(model.env_name),
+        "env_name": str(config.get("env_name") or "unknown"),
+        "env_kwargs": json.dumps(config.get("env_kwargs") or {}, sort_keys=True, default=str),
         "model_type": str(model.spec["model_type"]),
         "obs_shape": json.dumps(list(model.observation_shape)),
         "action_space": json.dumps(model.spec["action"]),
@@ -148,14 +153,31 @@ def onnx_bytes(model: TrainedModel, with_details: bool = False) -> bytes:
     return proto.SerializeToString()
 
 
-def export_onnx(run_or_pth: str | Path | TrainedModel, out_path: str | Path, with_details: bool = False) -> Path:
-    """Write the policy of a .pth (or a run folder's newest model) as ONNX to `out_path`, atomically."""
-    model = run_or_pth if isinstance(run_or_pth, TrainedModel) else load_model(resolve_model_path(run_or_pth))
-    out_path = Path(out_path)
+def check_out_path(out_path: Path, overwrite: bool) -> None:
+    """ExportError for an output path that is a folder, or (unless `overwrite`) that already holds
+    a file or a symbolic link (a dangling one too): an export never replaces what it was not
+    told to. Replacing is atomic_write's os.replace, which swaps the link itself, never its target."""
     if out_path.suffix.lower() != ".onnx":
         raise ExportError(f"--onnx {out_path}: the file name must end in .onnx")
+    if out_path.is_dir() and not out_path.is_symlink():
+        raise ExportError(f"--onnx {out_path} is a folder; give a file name such as {out_path / 'agent.onnx'}")
+    if not overwrite and os.path.lexists(out_path):
+        what = ("a symbolic link (--force replaces the link itself, never what it points to)"
+                if out_path.is_symlink() else "a file")
+        raise ExportError(f"--onnx {out_path}: there is {what} at this path already; pass --force to replace it, "
+                          f"or choose another name")
+
+
+def export_onnx(run_or_pth: str | Path | TrainedModel, out_path: str | Path, with_details: bool = False,
+                overwrite: bool = True) -> Path:
+    """Write the policy of a .pth (or a run folder's newest model) as ONNX to `out_path`, atomically
+    (a temporary file in the same folder, then os.replace). overwrite=False (the CLI without
+    --force) refuses an existing file or symbolic link at `out_path`."""
+    model = run_or_pth if isinstance(run_or_pth, TrainedModel) else load_model(resolve_model_path(run_or_pth))
+    out_path = Path(out_path)
+    check_out_path(out_path, overwrite)
     data = onnx_bytes(model, with_details)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    check_out_path(out_path, overwrite)  # again: the export took a moment
     return atomic_write(out_path, data)
 
 
@@ -179,6 +201,9 @@ def build_parser():
     parser.add_argument("--onnx", required=True, metavar="OUT.onnx", help="where to write the ONNX model")
     parser.add_argument("--with-details", action="store_true",
                         help="also output action probabilities (discrete) or means (continuous) and the value")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a file or symbolic link already at OUT.onnx (the link itself is replaced, "
+                             "atomically; what it points to is never written)")
     return parser
 
 
@@ -191,7 +216,7 @@ def command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         model = load_model(resolve_model_path(args.model))
-        path = export_onnx(model, args.onnx, with_details=args.with_details)
+        path = export_onnx(model, args.onnx, with_details=args.with_details, overwrite=args.force)
     except (ExportError, CheckpointError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

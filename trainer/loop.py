@@ -30,8 +30,7 @@ from trainer.checkpoint import (atomic_save, checkpoint_path, list_checkpoints, 
                                 record_checkpoint_return)
 from trainer.config import TrainConfig, config_from_dict
 from trainer.distributed import DistributedContext, setup_distributed
-from trainer.events import (EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, storage_error,
-                            trim_events_after)
+from trainer.events import EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, trim_events_after
 from trainer.gif import GifSchedule
 from trainer.models import ActorCritic, build_policy
 from trainer.normalization import RewardScaler
@@ -42,6 +41,7 @@ from trainer.run_dir import RunOwner, checkpoint_folder, final_model_path, take_
 from trainer.seeding import seeds
 from trainer.setup import (EnvFactory, config_env_factory, device_type, pick_device, policy_spec,
                            scaled_learning_rate, set_threads)
+from trainer.storage import failure_message, storage_error
 
 # errno values of a failed write (a GIF that hits these stops the run; other GIF failures only turn GIFs off)
 WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
@@ -97,7 +97,7 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
             session.restore()
         return session.run(should_stop or (lambda: False))
     except BaseException as error:
-        report_failure(bus, error, session)
+        report_failure(bus, error, session, run_dir)
         raise
     finally:
         if session is not None:
@@ -126,11 +126,14 @@ def attach_tensorboard(bus: EventBus, run_dir: Path) -> None:
                 "(pip install tensorboard); continuing without TensorBoard logs", level="warning")
 
 
-def report_failure(bus: EventBus, error: BaseException, session: "TrainingSession | None") -> None:
-    """An `error` event (not for Ctrl-C) and the `end` event of a run that did not finish."""
+def report_failure(bus: EventBus, error: BaseException, session: "TrainingSession | None",
+                   run_dir: Path | None = None) -> None:
+    """An `error` event (not for Ctrl-C; its message from trainer.storage.failure_message, which
+    names a full disk) and the `end` event of a run that did not finish."""
     interrupted = isinstance(error, KeyboardInterrupt)
     if not interrupted:
-        bus.emit_last("error", message=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+        folder = run_dir if run_dir is not None else session.run_dir if session is not None else None
+        bus.emit_last("error", message=failure_message(error, folder), traceback=traceback.format_exc())
     bus.emit_last("end", status="stopped" if interrupted else "failed",
                   step=session.global_step if session else 0, final_model=None)
 

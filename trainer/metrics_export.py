@@ -1,7 +1,8 @@
 """Prometheus metrics of training runs: the one table of metric names (`METRICS`), the one
-collector that turns runs into the text format, and the trainer's `--metrics-port` server.
+collector that turns runs into the text format, and the trainer's sink of them (served on
+`--metrics-port` by trainer/metrics_server.py).
 
-    python -m trainer --config configs/cartpole.yaml --metrics-port 9109   # http://host:9109/metrics
+    python -m trainer --config configs/cartpole.yaml --metrics-port 9109   # http://127.0.0.1:9109/metrics
 
 The studio serves the same collector on its own `/metrics` (studio/metrics.py) for every run it
 knows; a headless trainer serves its one run. Each run's series carry the labels `run_id`, `env`,
@@ -284,7 +285,7 @@ class RunsCollector(Collector):
 
 
 # ---------------------------------------------------------------------------------------------
-# The trainer's side: an event sink and an HTTP server
+# The trainer's side: an event sink (its HTTP server: trainer/metrics_server.py)
 
 
 @dataclass
@@ -328,30 +329,3 @@ class MetricsSink:
     def sample(self) -> RunSample:
         return RunSample(self.run_id, self.env, self.model, self.status, self.metrics, list(self.returns),
                          self.last_checkpoint_at, self.started_at, os.getpid(), self.falling_threshold, self.rank)
-
-
-class MetricsServer:
-    """`/metrics` for one trainer process, on a daemon thread (prometheus_client's server)."""
-
-    def __init__(self, sink: MetricsSink, port: int, host: str = "0.0.0.0", runs_dir: str | Path | None = None):
-        from prometheus_client import start_http_server
-
-        self.registry = CollectorRegistry()
-        self.registry.register(RunsCollector(lambda: [sink.sample()], runs_dir))
-        try:
-            self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as error:
-            raise OSError(f"--metrics-port {port}: cannot listen on {host}:{port} ({error.strerror or error}); "
-                          f"pick a free port") from None
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def serve_trainer_metrics(port: int, host: str = "0.0.0.0",
-                          runs_dir: str | Path | None = None) -> tuple[MetricsSink, MetricsServer]:
-    """The sink to add to the trainer's sinks, and the server publishing it (close() it at the end)."""
-    sink = MetricsSink()
-    return sink, MetricsServer(sink, port, host, runs_dir)
-

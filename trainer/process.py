@@ -73,6 +73,7 @@ def _report_unstarted(run_dir: str | None, sinks: list, status: str, error: Base
     only while it has no history (never appended to the history of an existing run)."""
     from trainer.events import EventBus, JsonlSink, LogSink
     from trainer.run_dir import events_path, log_path
+    from trainer.storage import failure_message
 
     sinks = list(sinks)
     fresh = run_dir is not None and Path(run_dir).is_dir() and not events_path(run_dir).exists()
@@ -83,13 +84,14 @@ def _report_unstarted(run_dir: str | None, sinks: list, status: str, error: Base
         print(details, end="", file=sys.stderr)  # the terminal is then the only place that hears of it
     bus = EventBus(sinks)
     if error is not None:
-        bus.emit("error", message=f"{type(error).__name__}: {error}", traceback=details)
+        bus.emit("error", message=failure_message(error, run_dir), traceback=details)
     bus.emit("end", status=status, step=0, final_model=None)
     bus.close()
 
 
 def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False,
-                 host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+                 host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 allow_custom_envs: bool = False) -> None:
     """A studio run on several processes or machines. This process hosts the rendezvous on
     host:port and runs the elastic agent of this machine's ranks, exactly as
     `python -m trainer --nproc N` / `python -m trainer master` do (port 0: a free one). The ranks
@@ -136,7 +138,8 @@ def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
     try:
         config = config_from_dict(config_dict)
         code = host_run(config, Path(run_dir), host, port or free_port(host), token,
-                        ranks_wanted(config, None), say=say)
+                        ranks_wanted(config, None), say=say, allow_custom_envs=allow_custom_envs,
+                        flag="`python app.py --allow-custom-envs`")
         status = None if code == 0 else "stopped" if stop.reason else "failed"  # host_run says why
     except SignalException:
         status = "stopped"

@@ -11,6 +11,8 @@ checkpoint's update).
 """
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,46 @@ if TYPE_CHECKING:
 
 
 class ResumeError(RuntimeError):
-    """A run cannot be resumed (no checkpoint, or one that does not fit the config)."""
+    """A run cannot be resumed (no checkpoint, one that does not fit the config, or nothing left to train)."""
+
+
+END_SEARCH_BYTES = 1 << 20  # a run's `end` is the last line of metrics.jsonl: its tail holds it
+
+
+def finished_at(run_dir: str | Path) -> int | None:
+    """The step at which the run in `run_dir` finished, when its latest segment ended with
+    status `finished` (the last start / end event in metrics.jsonl); None otherwise."""
+    from trainer.run_dir import events_path
+
+    try:
+        with open(events_path(run_dir), "rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - END_SEARCH_BYTES))
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:  # a torn line, or the first one of the tail cut in the middle
+            continue
+        if isinstance(event, dict) and event.get("type") in ("start", "end"):
+            step = event.get("step")
+            finished = event["type"] == "end" and event.get("status") == "finished"
+            return step if finished and isinstance(step, int) and not isinstance(step, bool) else None
+    return None
+
+
+def refuse_finished_run(run_dir: str | Path, total_timesteps: int) -> None:
+    """ResumeError when `run_dir` finished at a step that `total_timesteps` does not go beyond:
+    resuming it would train nothing and append a second `end` to its history. A larger
+    total_timesteps continues it (TrainingSession.recount_updates)."""
+    from trainer.run_dir import events_path
+
+    step = finished_at(run_dir)
+    if step is not None and total_timesteps <= step:
+        raise ResumeError(f"run {Path(run_dir).name} finished at step {step} (its end is in {events_path(run_dir)}); "
+                          f"to train further, continue it with --resume {run_dir} --set total_timesteps=M, M larger "
+                          f"than {step} (e.g. --set total_timesteps={2 * step})")
 
 
 def model_payload(session: "TrainingSession") -> dict:

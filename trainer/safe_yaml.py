@@ -56,9 +56,12 @@ def load_yaml_text(text: str, source: str = "the YAML", mapping: bool = True) ->
     if len(text) > MAX_YAML_BYTES:
         raise YamlError(f"{source} is too large ({len(text):_} characters; a config is at most "
                         f"{MAX_YAML_BYTES:_})")
-    loader = _BoundedLoader(text, source)
+    loader = None
     try:
+        loader = _BoundedLoader(text, source)  # its reader checks every character: inside the try
         value = loader.get_single_data()
+    except yaml.reader.ReaderError as error:
+        raise YamlError(_unprintable(text, error.position, source)) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -68,7 +71,8 @@ def load_yaml_text(text: str, source: str = "the YAML", mapping: bool = True) ->
     except RecursionError:
         raise YamlError(f"{source} is nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not mapping:
         return value
     if value is None:
@@ -76,6 +80,26 @@ def load_yaml_text(text: str, source: str = "the YAML", mapping: bool = True) ->
     if not isinstance(value, dict):
         raise YamlError(f"{source} must hold a mapping of `key: value` lines, got a {type(value).__name__}")
     return value
+
+
+_CONTROL_NAMES = ("NUL", "SOH", "STX", "ETX", "EOT", "ENQ", "ACK", "BEL", "BS", "TAB", "LF", "VT", "FF", "CR", "SO",
+                  "SI", "DLE", "DC1", "DC2", "DC3", "DC4", "NAK", "SYN", "ETB", "CAN", "EM", "SUB", "ESC", "FS", "GS",
+                  "RS", "US")  # the ASCII names of 0x00 .. 0x1F
+
+
+def _unprintable(text: str, position: int, source: str) -> str:
+    """Where and which character PyYAML's reader refused (it gives only an offset and a code)."""
+    position = min(max(position, 0), max(len(text) - 1, 0))
+    code = ord(text[position]) if text else 0
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    if code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
+        name = _CONTROL_NAMES[code] if code < 0x20 else "DEL" if code == 0x7F else "C1 control"
+        what = f"a control character ({name}, 0x{code:02X})"
+    else:
+        what = f"a non-printable character (U+{code:04X})"
+    return (f"{source} contains {what} at line {line} column {column}; YAML allows only printable "
+            "characters (save the file as plain text, without binary data)")
 
 
 def load_yaml_file(path: str | Path) -> dict:
