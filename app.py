@@ -102,6 +102,7 @@ def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from studio.uploads import DEFAULT_MAX_UPLOAD
     from trainer.cluster import DEFAULT_PORT
 
     parser = argparse.ArgumentParser(
@@ -128,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster-port", type=port_number, default=DEFAULT_PORT,
                         help=f"admission port of that run (default {DEFAULT_PORT}, the guide's); its store "
                              f"listens on the next port")
-    parser.add_argument("--max-upload-size", type=upload_size, default="200mb", metavar="SIZE",
-                        help="largest upload (a .yaml config, a .pth to evaluate) the page accepts, e.g. 50mb "
-                             "(default 200mb)")
+    parser.add_argument("--max-upload-size", type=upload_size, default=DEFAULT_MAX_UPLOAD, metavar="SIZE",
+                        help=f"largest upload (a .yaml config, a .pth to evaluate) the page accepts, e.g. 50mb "
+                             f"(default {DEFAULT_MAX_UPLOAD})")
     parser.add_argument("--poll-seconds", type=float, default=1.0,
                         help="how often an open page refreshes a running run (default 1 s)")
     return parser
