@@ -324,3 +324,296 @@ def test_a_real_server_answers_bad_requests_clearly_and_keeps_answering(tmp_path
     log = server.log()
     assert "Traceback" not in log, log[-3000:]
     assert "upstream Gradio app has raised an exception" not in log
+
+
+# ----------------------------------------------------------------------------- the trainer probe: control
+# characters in YAML, a full disk, a model on the wrong game, resuming a finished run, export over a file
+
+PROBE_NUL_YAML = "env_name: cartpole\nnum_envs: 4\x00\n"
+PROBE_NUL_MESSAGE = "control character (NUL, 0x00) at line 2 column 12"
+PROBE_TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
+              "total_timesteps": 256, "gif_interval": 0, "torch_threads": 1, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory) -> Path:
+    """A finished CartPole run (2 updates, 256 steps) alone in its runs folder."""
+    from trainer.loop import train
+
+    run_dir = tmp_path_factory.mktemp("probe") / "runs" / "cartpole-ppo-small-1"
+    train(PROBE_TINY, run_dir)
+    return run_dir
+
+
+def test_probe_yaml_box_with_a_nul_byte(studio):
+    message = judge(lambda: studio.on_load_yaml(PROBE_NUL_YAML)[-1], PROBE_NUL_MESSAGE, studio.manager.runs_dir)
+    assert "ReaderError" not in message
+
+
+def test_probe_evaluate_upload_of_a_model_whose_network_is_for_another_game(studio, tmp_path):
+    upload = tmp_path / "gradio" / ("c" * 64) / "model.pth"
+    upload.parent.mkdir(parents=True)
+    payload = model_payload()  # a CartPole network (4 observations) ...
+    torch.save(dict(payload, config=dict(payload["config"], env_name="snake")), upload)  # ... said to play snake
+    message = judge(lambda: studio.on_evaluate("upload", None, None, str(upload), 1, True)[0],
+                    "the model expects observations of shape [4] but snake gives [18]", studio.manager.runs_dir)
+    assert "mat1" not in message and str(upload.parent) not in message
+
+
+def test_probe_full_disk_is_what_the_studio_shows(tmp_path, monkeypatch):
+    import errno
+
+    import trainer.checkpoint
+    from studio.history import RunFollower
+    from trainer.process import run_training
+
+    def disk_full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    monkeypatch.setattr(trainer.checkpoint, "atomic_write", disk_full)
+    runs = tmp_path / "runs"
+    run_dir = (runs / "cartpole-ppo-small-1").resolve()
+    run_dir.mkdir(parents=True)
+
+    def train_and_look():
+        run_training(dict(PROBE_TINY, checkpoint={"interval": 1}), str(run_dir), None, None, False)
+        run = RunFollower(run_dir.name, run_dir).refresh(owner_alive=False).snapshot()
+        assert run.status == "failed"
+        return run.error_message
+    judge(train_and_look, f"the disk holding {run_dir} is full (", runs)
+
+
+PROBE_CLI_CASES = [
+    (PROBE_NUL_MESSAGE, ["--config", "{tmp}/nul.yaml", "--runs-dir", "{tmp}/runs"]),
+    (("the model expects observations of shape [4] but snake gives [18]: evaluate it on the env it was trained "
+      "on (cartpole)"), ["evaluate", "{run}/cartpole_ppo_final.pth", "--env", "snake", "--episodes", "1"]),
+    ("finished at step 256", ["--resume", "{run}"]),
+    ("there is a file at this path already; pass --force", ["export", "{run}", "--onnx", "{tmp}/taken.onnx"]),
+    ("there is a symbolic link", ["export", "{run}", "--onnx", "{tmp}/link.onnx"]),
+]
+
+
+@pytest.mark.parametrize("expected, args", PROBE_CLI_CASES, ids=["nul-yaml", "evaluate-wrong-game", "resume-finished",
+                                                                 "export-over-a-file", "export-over-a-link"])
+def test_probe_cli(probe_run, tmp_path, expected, args):
+    (tmp_path / "nul.yaml").write_text(PROBE_NUL_YAML)
+    (tmp_path / "taken.onnx").write_text("an earlier export")
+    (tmp_path / "target.txt").write_text("not an export")
+    (tmp_path / "link.onnx").symlink_to(tmp_path / "target.txt")
+    history = (probe_run / "metrics.jsonl").read_text()
+    args = [arg.format(tmp=tmp_path, run=probe_run) for arg in args]
+
+    def run():
+        result = subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True,
+                                timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert result.returncode == 2, result.stderr[-2000:]
+        if "Traceback" in result.stderr:
+            TOTALS["crashes"] += 1
+        return result.stderr + result.stdout
+
+    judge(run, expected, probe_run.parent)
+    assert not (tmp_path / "runs").exists()
+    assert (tmp_path / "taken.onnx").read_text() == "an earlier export"
+    assert (tmp_path / "link.onnx").is_symlink() and (tmp_path / "target.txt").read_text() == "not an export"
+    assert (probe_run / "metrics.jsonl").read_text() == history and history.count('"type":"end"') == 1
+
+
+# ----------------------------------------------------------------------------- monitoring, logins, scratch
+# The trainer's /metrics (local by default, a key beyond), password guesses at the studio's
+# /login and /metrics (one throttle), uploads over the limit, an ONNX export that cannot be made.
+
+
+def _monitoring_http(request) -> str:
+    """'<status> <body>' of an HTTP request, error answers included."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return f"{response.status} {response.read().decode(errors='replace')}"
+    except urllib.error.HTTPError as error:
+        return f"{error.code} {error.read().decode(errors='replace')}"
+
+
+@pytest.fixture
+def monitoring_studio(tmp_path):
+    """A Gradio app launched the studio's way: --auth alice:s3cret, its /metrics, uploads up to 1 MB."""
+    from studio.metrics import metrics_route
+    from studio.ui import launch_options
+    from test_studio_helpers import free_port
+
+    port, manager = free_port(), RunManager(tmp_path / "runs")
+    with gr.Blocks() as demo:
+        gr.Markdown("studio")
+    options = launch_options("127.0.0.1", port, ("alice", "s3cret"), [str(tmp_path / "runs")], "1mb")
+    options["app_kwargs"]["routes"] = [metrics_route(manager, ("alice", "s3cret"))]
+    demo.launch(prevent_thread_lock=True, **options)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+        manager.shutdown()
+
+
+def _monitoring_guess(url: str, where: str, password: str) -> str:
+    import base64
+    import urllib.parse
+    import urllib.request
+
+    if where == "login":
+        body = urllib.parse.urlencode({"username": "alice", "password": password}).encode()
+        return _monitoring_http(urllib.request.Request(url + "/login", data=body))
+    token = base64.b64encode(f"alice:{password}".encode()).decode()
+    return _monitoring_http(urllib.request.Request(url + "/metrics", headers={"Authorization": f"Basic {token}"}))
+
+
+def _monitoring_upload(url: str, files: dict[str, bytes], chunked: bool = False) -> str:
+    import urllib.request
+
+    boundary = "----bad-input"
+    body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n\r\n'
+                    .encode() + data + b"\r\n" for name, data in files.items()) + f"--{boundary}--\r\n".encode()
+    return _monitoring_http(urllib.request.Request(
+        url + "/gradio_api/upload", data=iter([body]) if chunked else body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}))
+
+
+def test_monitoring_public_metrics_host_without_a_key(tmp_path, monkeypatch):
+    from test_studio_helpers import free_port
+
+    monkeypatch.delenv("RL_STUDIO_METRICS_KEY", raising=False)
+
+    def run():
+        result = subprocess.run([sys.executable, "-m", "trainer", "-c", str(REPO / "configs/cartpole.yaml"),
+                                 "--runs-dir", str(tmp_path / "runs"), "--metrics-port", str(free_port()),
+                                 "--metrics-host", "0.0.0.0"], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert result.returncode == 2, result.stderr[-2000:]
+        TOTALS["crashes"] += "Traceback" in result.stderr
+        return result.stderr
+
+    message = judge(run, "--metrics-key", tmp_path / "runs")
+    assert "RL_STUDIO_METRICS_KEY" in message and "127.0.0.1" in message
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic YTpi"},
+                                     {"Authorization": "Bearer"}, {"X-API-Key": "k3y-but-not-quite"}],
+                         ids=["none", "wrong-bearer", "basic", "empty-bearer", "wrong-x-api-key"])
+def test_monitoring_trainer_scrape_without_the_key(tmp_path, headers):
+    import urllib.request
+
+    from trainer.metrics_server import serve_trainer_metrics
+
+    _, server = serve_trainer_metrics(0, key="k3y")
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{server.address[1]}/metrics", headers=headers)
+        message = judge(lambda: _monitoring_http(request), "Authorization: Bearer KEY", tmp_path / "runs")
+    finally:
+        server.close()
+    assert message.startswith("401") and "rlstudio_" not in message
+
+
+@pytest.mark.parametrize("where", ["login", "metrics"])
+def test_monitoring_password_guesses_past_the_limit(monitoring_studio, tmp_path, where):
+    for attempt in range(5):
+        assert _monitoring_guess(monitoring_studio, where, f"guess{attempt}")[:3] in ("400", "401")
+    message = judge(lambda: _monitoring_guess(monitoring_studio, where, "s3cret"), "try again in", tmp_path / "runs")
+    assert message.startswith("429")
+
+
+def test_monitoring_login_form_too_large(monitoring_studio, tmp_path):
+    import urllib.request
+
+    request = urllib.request.Request(monitoring_studio + "/login", data=b"username=alice&password=" + b"x" * 100_000)
+    assert judge(lambda: _monitoring_http(request), "login form is too large", tmp_path / "runs").startswith("413")
+
+
+@pytest.mark.parametrize("files, chunked, expected", [
+    ({"model.pth": b"x" * (2 * 2**20)}, False, "at most 1 MB per upload"),
+    ({f"part{i}.pth": b"x" * (600 * 1024) for i in range(4)}, False, "at most 1 MB per upload"),
+    ({"config.yaml": b"num_envs: 4\n"}, True, "Content-Length"),
+], ids=["one-file-over", "many-files-over-together", "no-stated-size"])
+def test_monitoring_uploads_over_the_limit(monitoring_studio, tmp_path, files, chunked, expected):
+    message = judge(lambda: _monitoring_upload(monitoring_studio, files, chunked), expected, tmp_path / "runs")
+    assert message[:3] in ("411", "413")
+
+
+@pytest.mark.parametrize("size", ["12xb", "0mb", "-5mb", "lots"])
+def test_monitoring_bad_max_upload_size(tmp_path, size):
+    def run():
+        result = subprocess.run([sys.executable, str(REPO / "app.py"), "--runs-dir", str(tmp_path / "runs"),
+                                 "--max-upload-size", size], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert result.returncode == 2
+        TOTALS["crashes"] += "Traceback" in result.stderr
+        return result.stderr
+
+    judge(run, "--max-upload-size", tmp_path / "runs")
+
+
+def test_monitoring_onnx_export_of_a_run_without_a_model(tmp_path):
+    from studio.scratch import ScratchFolder
+    from studio.watch import WatchError, export_run_onnx
+
+    run_dir = tmp_path / "runs" / "cartpole-empty"
+    run_dir.mkdir(parents=True)
+    scratch = ScratchFolder()
+    judge(lambda: export_run_onnx(run_dir, scratch), "no final model", tmp_path / "runs", error_types=(WatchError,))
+    assert not list(scratch.path.glob("onnx/*")) and not Path("/tmp/rl-studio-onnx/cartpole-empty").exists()
+    scratch.cleanup()
+
+
+# ----------------------------------------------------------------------------- the policy server
+# POST /v1/act on a real `trainer serve` (in this process): JSON bombs, numbers past their limits,
+# NaN, observations that are not numbers, bodies that are not JSON. Each a 4xx with a message
+# (a 500 counts as a crash), and /healthz answers after each.
+
+POLICY_JSON = "application/json"
+POLICY_CASES = [  # (what the message says, body, Content-Type)
+    ("more than 64 levels deep", b'{"obs": ' + b"[" * 5000 + b"]" * 5000 + b"}", POLICY_JSON),
+    ("401 characters", b'{"obs": [1' + b"0" * 400 + b", 0, 0, 0, 0]}", POLICY_JSON),  # 10**400 written out
+    ("1e400 is beyond a float's range", b'{"obs": [1e400, 0, 0, 0, 0]}', POLICY_JSON),
+    ("5000 characters", b'{"obs": [' + b"7" * 5000 + b", 0, 0, 0, 0]}", POLICY_JSON),
+    ("NaN is not a JSON number", b'{"obs": [NaN, 0, 0, 0, 0]}', POLICY_JSON),
+    ("-Infinity is not a JSON number", b'{"obs": [-Infinity, 0, 0, 0, 0]}', POLICY_JSON),
+    ("'obs' must hold numbers only; found true", b'{"obs": [true, false, 0, 0, 0]}', POLICY_JSON),
+    ("'obs' must hold numbers only; found \"1.5\"", b'{"obs": ["1.5", "2", 0, 0, 0]}', POLICY_JSON),
+    ("not JSON", b'{"obs": [0, 0', POLICY_JSON),
+    ("Content-Type: application/json", b'{"obs": [0, 0, 0, 0, 0]}', None),
+    ("Content-Type: application/json", b'{"obs": [0, 0, 0, 0, 0]}', "text/plain"),
+]
+
+
+@pytest.fixture(scope="module")
+def policy_server():
+    from test_serve import make_model
+
+    from trainer.serve import start_server
+
+    server = start_server(make_model())
+    yield server
+    server.stop()
+
+
+def _policy_post(port: int, body: bytes, content_type: str | None) -> tuple[int, str]:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/v1/act", body, {"Content-Type": content_type} if content_type else {})
+        response = connection.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("expected, body, content_type", POLICY_CASES,
+                         ids=[f"{i}-{case[0][:24]}" for i, case in enumerate(POLICY_CASES)])
+def test_policy_server_act(policy_server, tmp_path, expected, body, content_type):
+    import urllib.request
+
+    def act() -> str:
+        status, text = _policy_post(policy_server.port, body, content_type)
+        assert 400 <= status < 500, f"{status}: {text[:300]}"
+        return json.loads(text)["detail"]
+
+    judge(act, expected, tmp_path)
+    with urllib.request.urlopen(policy_server.url + "/healthz", timeout=5) as response:
+        assert json.load(response) == {"status": "ok"}

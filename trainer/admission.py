@@ -149,9 +149,10 @@ class AdmissionGate:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse
 
-        from trainer.http_limits import BodyError, read_json
+        from trainer.http_limits import install_error_handlers, read_json
 
         app = FastAPI(title="RL Studio cluster gate", docs_url=None, redoc_url=None, openapi_url=None)
+        install_error_handlers(app)
 
         @app.post("/v1/challenge")
         async def challenge() -> dict:
@@ -159,10 +160,7 @@ class AdmissionGate:
 
         @app.post("/v1/join")
         async def join(request: Request):
-            try:
-                body = await read_json(request, MAX_JOIN_BYTES)
-            except BodyError as error:
-                return JSONResponse({"detail": error.detail}, status_code=error.status)
+            body = await read_json(request, MAX_JOIN_BYTES, hint="a join request from `python -m trainer worker`")
             if not isinstance(body, dict):
                 return JSONResponse({"detail": "a join request is a JSON object"}, status_code=422)
             status, answer = self.join(body, request.client.host if request.client else "unknown")

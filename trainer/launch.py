@@ -102,7 +102,7 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
     from torch.distributed.elastic.rendezvous import RendezvousError
 
     from trainer.config import to_yaml
-    from trainer.serve import ServerHandle  # TEMP: moves to http_limits
+    from trainer.http_server import ServerHandle
 
     token = resolve_token(token, generate=True)
     run_id = secrets.token_hex(16)          # the rendezvous id: the secret name of every key of the run
@@ -115,7 +115,8 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
     def admit(request: dict, address: str) -> str | None:
         return monitor.admit({**request, "nproc": request["nproc"] or ranks_wanted(config, None)}, address)
 
-    gate = ServerHandle(AdmissionGate(token, run, admit, say).app(), host, port)
+    gate = ServerHandle(AdmissionGate(token, run, admit, say).app(), host, port, what="the master",
+                        error_type=ConfigError, port_flag="--port", host_flag="--host")
     port = gate.port
     monitor.master_address = f"{host}:{port}"
     for note in notes:

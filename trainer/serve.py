@@ -12,7 +12,8 @@ for a discrete action space, a list of floats (clipped to the bounds) for a cont
 
 Requests that arrive while a forward pass runs wait for the next one and go through it
 together (`Batcher`): one pass for many clients, which is what makes 64 concurrent clients
-cheap. Bad requests get a 4xx whose `detail` says what was expected.
+cheap. Bad requests get a 4xx whose `detail` says what was expected. What a client may send
+(body, JSON, content type, deadlines, connections) is bounded by trainer/http_limits.py.
 
 The server listens on 127.0.0.1 unless told otherwise; bound to any other address it needs an
 API key (`--api-key` or the RL_STUDIO_API_KEY environment variable), which clients send as
@@ -20,13 +21,9 @@ API key (`--api-key` or the RL_STUDIO_API_KEY environment variable), which clien
 """
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request) at runtime.
 import asyncio
-import hmac
-import ipaddress
 import json
 import os
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,10 +31,13 @@ from typing import Any
 import numpy as np
 
 from trainer.checkpoint import TrainedModel, load_model
+from trainer.bind import PublicBindError, key_matches, presented_key, require_key_for_public_bind
+from trainer.http_limits import MAX_BODY_BYTES, BodyError, install_error_handlers, read_json
+from trainer.http_server import DEFAULT_LIMITS, ServerHandle, ServerLimits, bounded_server, listen, listen_failure
 
 API_KEY_ENV = "RL_STUDIO_API_KEY"
 MAX_ROWS = 4096                   # observations in one request
-MAX_BODY_BYTES = 16 * 1024 * 1024
+NUMBER_TYPES = frozenset({int, float})  # what JSON numbers parse to (bool is neither)
 REQUEST_KEYS = ("obs", "deterministic")
 
 
@@ -45,67 +45,70 @@ class ServeError(ValueError):
     """The server cannot start as asked (e.g. a public address without an API key)."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve to anything
-
-
 def check_bind(host: str, api_key: str | None) -> None:
     """A server reachable from other machines must have a key: anyone who reaches it could use it."""
-    if not is_loopback(host) and not api_key:
-        raise ServeError(f"--host {host} makes the policy server reachable from other machines, so it needs an "
-                         f"API key: pass --api-key KEY (or set {API_KEY_ENV}); clients then send "
-                         f"'Authorization: Bearer KEY'. Use --host 127.0.0.1 to serve this machine only.")
+    try:
+        require_key_for_public_bind(host, api_key, what="the policy server", host_flag="--host",
+                                    key_flag="--api-key", key_env=API_KEY_ENV, key_name="an API key")
+    except PublicBindError as error:
+        raise ServeError(str(error)) from None
 
 
 # ---------------------------------------------------------------------------------------------
 # Requests
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, detail: str):
-        super().__init__(detail)
-        self.status, self.detail = status, detail
-
-
-def parse_act_request(body: bytes, observation_shape: tuple[int, ...], max_rows: int = MAX_ROWS
-                      ) -> tuple[np.ndarray, bool]:
-    """(obs batch float32 (B, *observation_shape), deterministic) or BadRequest saying what was expected."""
+def expected_request(observation_shape: tuple[int, ...]) -> str:
     shape_text = f"[{', '.join(map(str, observation_shape))}]"
-    expected = (f'expected a JSON object {{"obs": <one observation of shape {shape_text} or a list of them>, '
-                f'"deterministic": true|false}}')
-    try:
-        request = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BadRequest(400, f"the body is not JSON ({error}); {expected}") from None
+    return (f'expected a JSON object {{"obs": <one observation of shape {shape_text} or a list of them>, '
+            f'"deterministic": true|false}}')
+
+
+def check_numbers(obs: Any) -> None:
+    """422 unless `obs` is a number or nested lists of numbers: true, "1.5" or null are refused, not converted."""
+    stack = [obs]
+    while stack:
+        item = stack.pop()
+        if type(item) is list:
+            if not set(map(type, item)) <= NUMBER_TYPES:  # one C-speed test per row on the usual path
+                stack.extend(reversed(item))
+        elif type(item) not in NUMBER_TYPES:
+            raise BodyError(422, f"'obs' must hold numbers only; found {json.dumps(item)[:40]}: send 1.5, not "
+                                 f"\"1.5\" or true")
+
+
+def check_act_request(request: Any, observation_shape: tuple[int, ...], max_rows: int = MAX_ROWS
+                      ) -> tuple[np.ndarray, bool]:
+    """(obs batch float32 (B, *observation_shape), deterministic) from the parsed body, or BodyError
+    saying what was expected."""
+    shape_text = f"[{', '.join(map(str, observation_shape))}]"
+    expected = expected_request(observation_shape)
     if not isinstance(request, dict):
-        raise BadRequest(422, f"the body is a JSON {type(request).__name__}, not an object; {expected}")
+        raise BodyError(422, f"the body is a JSON {type(request).__name__}, not an object; {expected}")
     unknown = sorted(set(request) - set(REQUEST_KEYS))
     if unknown:
-        raise BadRequest(422, f"unknown key(s) {', '.join(map(repr, unknown))}; {expected}")
+        raise BodyError(422, f"unknown key(s) {', '.join(map(repr, unknown))}; {expected}")
     if "obs" not in request:
-        raise BadRequest(422, f"the key 'obs' is missing; {expected}")
+        raise BodyError(422, f"the key 'obs' is missing; {expected}")
     deterministic = request.get("deterministic", True)
     if not isinstance(deterministic, bool):
-        raise BadRequest(422, f"'deterministic' must be true or false, got {json.dumps(deterministic)}")
+        raise BodyError(422, f"'deterministic' must be true or false, got {json.dumps(deterministic)[:40]}")
+    check_numbers(request["obs"])
     try:
-        obs = np.asarray(request["obs"], dtype=np.float32)
+        with np.errstate(over="ignore"):  # beyond float32: inf, refused below with its index
+            obs = np.asarray(request["obs"], dtype=np.float32)
     except (TypeError, ValueError):
-        raise BadRequest(422, f"'obs' must be numbers in nested lists of equal length; {expected}") from None
+        raise BodyError(422, f"'obs' must be numbers in nested lists of equal length; {expected}") from None
     if obs.shape == observation_shape:
         obs = obs[None]
     elif obs.shape[1:] != observation_shape or obs.shape[0] == 0:
-        raise BadRequest(422, f"'obs' has shape {list(obs.shape)}; expected {shape_text} (one observation) or "
-                              f"[B, {shape_text[1:]} (a batch of B >= 1)")
+        raise BodyError(422, f"'obs' has shape {list(obs.shape)}; expected {shape_text} (one observation) or "
+                             f"[B, {shape_text[1:]} (a batch of B >= 1)")
     if obs.shape[0] > max_rows:
-        raise BadRequest(413, f"'obs' holds {obs.shape[0]} observations; at most {max_rows} per request")
+        raise BodyError(413, f"'obs' holds {obs.shape[0]} observations; at most {max_rows} per request")
     if not np.isfinite(obs).all():
         bad = np.argwhere(~np.isfinite(obs))[0].tolist()
-        raise BadRequest(422, f"'obs' must be finite numbers; found NaN or infinity at index {bad}")
+        raise BodyError(422, f"'obs' must be finite float32 numbers; found NaN or infinity at index {bad}")
     return obs, deterministic
 
 
@@ -224,8 +227,10 @@ def create_app(model: TrainedModel, api_key: str | None = None, batching: bool =
     """The FastAPI app serving `model` (batched, or one forward pass per request with batching=False)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
 
     app = FastAPI(title="RL Studio policy server", version="1", docs_url="/docs", redoc_url=None)
+    install_error_handlers(app)
     stats = ServeStats()
     batcher = Batcher(model, stats, max_rows, max_wait_s) if batching else None
     app.state.stats = stats
@@ -234,14 +239,17 @@ def create_app(model: TrainedModel, api_key: str | None = None, batching: bool =
     def error(status: int, detail: str) -> JSONResponse:
         return JSONResponse({"detail": detail}, status_code=status)
 
+    @app.exception_handler(HTTPException)
+    async def no_such_route(request: Request, exc: HTTPException):  # 404, 405 (with its Allow header)
+        return JSONResponse({"detail": f"{exc.detail}: {request.method} {request.url.path[:100]}; this server "
+                                       f"answers POST /v1/act, GET /v1/model and GET /healthz"},
+                            status_code=exc.status_code, headers=exc.headers)
+
     @app.middleware("http")
     async def check_key(request: Request, call_next):
         if api_key and request.url.path.startswith("/v1/"):
-            given = request.headers.get("x-api-key") or ""
-            authorization = request.headers.get("authorization", "")
-            if authorization.lower().startswith("bearer "):
-                given = authorization[7:].strip()
-            if not hmac.compare_digest(given.encode(), api_key.encode()):
+            given = presented_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
+            if not key_matches(given, api_key):
                 return error(401, "missing or wrong API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
         return await call_next(request)
 
@@ -253,19 +261,14 @@ def create_app(model: TrainedModel, api_key: str | None = None, batching: bool =
     async def model_info() -> dict:
         return {**description, "batching": batching, "stats": vars(stats)}
 
+    expected = expected_request(model.observation_shape)
+
+    def check(request: Any) -> tuple[np.ndarray, bool]:
+        return check_act_request(request, model.observation_shape, max_rows)
+
     @app.post("/v1/act")
     async def act(request: Request):
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            return error(413, f"the body is {declared} bytes; at most {MAX_BODY_BYTES} (send fewer observations "
-                              f"per request)")
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return error(413, f"the body is {len(body)} bytes; at most {MAX_BODY_BYTES}")
-        try:
-            obs, deterministic = parse_act_request(body, model.observation_shape, max_rows)
-        except BadRequest as bad:
-            return error(bad.status, bad.detail)
+        obs, deterministic = await read_json(request, MAX_BODY_BYTES, hint=expected, convert=check)
         stats.requests += 1
         if batcher is not None:
             actions = await batcher.act(obs, deterministic)
@@ -281,38 +284,11 @@ def create_app(model: TrainedModel, api_key: str | None = None, batching: bool =
 # Running it
 
 
-class ServerHandle:
-    """A policy server running in a thread of this process (the studio, tests, benchmarks)."""
-
-    def __init__(self, app, host: str, port: int):
-        import uvicorn
-
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                                    access_log=False, lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, name=f"policy-server-{port}", daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise ServeError(f"the policy server did not start on {host}:{port} (is the port in use?)")
-            time.sleep(0.02)
-        self.host = host
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]  # the real one when port=0
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
 def start_server(model: TrainedModel | str | Path, host: str = "127.0.0.1", port: int = 0,
-                 api_key: str | None = None, **app_options: Any) -> ServerHandle:
-    """Serve `model` (a TrainedModel, .pth or run folder) from a background thread; port 0 picks a free one."""
+                 api_key: str | None = None, limits: ServerLimits = DEFAULT_LIMITS,
+                 **app_options: Any) -> ServerHandle:
+    """Serve `model` (a TrainedModel, .pth or run folder) from a background thread; port 0 picks a free one.
+    `limits`: header and body deadlines and the connection cap (trainer/http_limits.py)."""
     check_bind(host, api_key)
     source = None
     if not isinstance(model, TrainedModel):
@@ -320,7 +296,8 @@ def start_server(model: TrainedModel | str | Path, host: str = "127.0.0.1", port
 
         path = resolve_model_path(model)
         source, model = path.name, load_model(path)
-    return ServerHandle(create_app(model, api_key=api_key, source=source, **app_options), host, port)
+    return ServerHandle(create_app(model, api_key=api_key, source=source, **app_options), host, port, limits,
+                        error_type=ServeError)
 
 
 def build_parser():
@@ -340,8 +317,6 @@ def build_parser():
 
 def command(argv: list[str]) -> int:
     """The `serve` subcommand: runs until Ctrl-C; 2 with a message when it cannot start."""
-    import uvicorn
-
     from trainer.checkpoint import CheckpointError
     from trainer.export import ExportError, resolve_model_path
 
@@ -356,8 +331,14 @@ def command(argv: list[str]) -> int:
     except (ServeError, ExportError, CheckpointError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    try:
+        sock = listen(args.host, args.port)  # before "serving": a port in use is said, not logged after it
+    except (OSError, OverflowError) as error:
+        print(f"error: {listen_failure(args.host, args.port, error)}", file=sys.stderr)
+        return 2
     app = create_app(model, api_key=args.api_key, batching=not args.no_batching, source=path.name)
-    print(f"serving {path} ({model.env_name}, step {model.global_step}) on http://{args.host}:{args.port}  "
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"serving {path} ({model.env_name}, step {model.global_step}) on http://{host}:{sock.getsockname()[1]}  "
           f"POST /v1/act  GET /v1/model  GET /healthz", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    bounded_server(app).run(sockets=[sock])
     return 0
