@@ -103,7 +103,7 @@ def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     from studio.uploads import DEFAULT_MAX_UPLOAD
-    from trainer.cluster import DEFAULT_PORT
+    from trainer.cluster.nodes import DEFAULT_PORT
 
     parser = argparse.ArgumentParser(
         prog="python app.py",

@@ -86,9 +86,9 @@ def steady_steps_per_second(events: list[dict]) -> float | None:
 
 def _flat_gradient_size(config_path: str) -> tuple[int, int, int]:
     """(parameters of the config's network, gradient steps per update, samples per update)."""
-    from trainer.config import load_config
-    from trainer.models import build_policy
-    from trainer.setup import make_training_env, policy_spec
+    from trainer.config.defaults import load_config
+    from trainer.nets.models import build_policy
+    from trainer.run.setup import make_training_env, policy_spec
 
     config = load_config(config_path, ["device=cpu"])
     env = make_training_env(config, 1, "cpu", 0)
@@ -125,7 +125,7 @@ def all_reduce_seconds(numel: int, world_size: int, repeats: int = 300) -> float
     """Median seconds of one all-reduce (plus the division that averages) of `numel` floats."""
     import torch.multiprocessing as mp
 
-    from trainer.launch import free_port
+    from trainer.cluster.launch import free_port
 
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "times.json")
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         model[str(n)] = cells
         print(f"| {n} | " + " | ".join(f"{cell:.2f}x" for cell in cells) + " |")
     results["model_speedup"] = model
-    from trainer.run_dir import atomic_write
+    from trainer.run.run_dir import atomic_write
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(RESULTS, json.dumps(results, indent=1))

@@ -1,7 +1,7 @@
 """Our trainer under the benchmark: throughput, time to solve, games and the update-only ceiling.
 
 Each function runs in a fresh process (see `benchmarks.contender`) and drives the real engine,
-`trainer.loop.train`, through its public interface (config + event sinks + should_stop). Runs
+`trainer.run.loop.train`, through its public interface (config + event sinks + should_stop). Runs
 write into a temporary run directory. Rollout GIFs and periodic checkpoints are turned off
 (`gif_interval=0`, `checkpoint.interval=0`): Stable-Baselines3 does neither, and they are not
 learning. Everything else in the shipped configs is used as shipped.
@@ -22,8 +22,8 @@ NO_SIDE_OUTPUTS = ["gif_interval=0", "checkpoint.interval=0"]
 
 def shipped_settings(config_path: str | Path) -> dict[str, Any]:
     """num_envs / num_steps / epochs / minibatch / net of a shipped config, for the peer to copy."""
-    from trainer.config import load_config
-    from trainer.models import MLP_HIDDEN_SIZES
+    from trainer.config.defaults import load_config
+    from trainer.nets.models import MLP_HIDDEN_SIZES
 
     config = load_config(config_path)
     return {"num_envs": config.num_envs, "num_steps": config.num_steps, "epochs": config.update_epochs,
@@ -34,7 +34,7 @@ def shipped_settings(config_path: str | Path) -> dict[str, Any]:
 
 def settings_overrides(settings: dict[str, Any]) -> list[str]:
     """Config overrides that give the trainer exactly these rollout / update / network settings."""
-    from trainer.models import MLP_HIDDEN_SIZES
+    from trainer.nets.models import MLP_HIDDEN_SIZES
 
     if list(settings["hidden_sizes"]) != list(MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]):
         raise ValueError(f"the benchmark network is {MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]} "
@@ -52,7 +52,7 @@ def _threads() -> int:
 
 
 def _load(config_path: str | Path, overrides: list[str]):
-    from trainer.config import load_config
+    from trainer.config.defaults import load_config
 
     # The same thread count as the peer: the trainer would otherwise pick its own.
     return load_config(config_path, overrides=overrides + NO_SIDE_OUTPUTS + [f"torch_threads={_threads()}"])
@@ -99,7 +99,7 @@ class MetricsRecorder:
 
 def _train(config, recorder_factory: Callable[[float], MetricsRecorder]) -> tuple[MetricsRecorder, float, int]:
     """Run `train` in a temporary run directory; (recorder, seconds of the train() call, steps)."""
-    from trainer.loop import train
+    from trainer.run.loop import train
 
     with tempfile.TemporaryDirectory(prefix="rl_studio_bench_run_") as run_dir:
         start = time.perf_counter()
@@ -180,8 +180,8 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
     """
     import torch
 
-    import trainer.loop as loop
-    from trainer.events import EventBus
+    import trainer.run.loop as loop
+    from trainer.run.events import EventBus
 
     config = _load(config_path, settings_overrides(settings) + [
         "env_name=cartpole", f"device={device}", f"seed={seed}", "total_timesteps=1000000000"])

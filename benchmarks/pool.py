@@ -256,9 +256,9 @@ def ppo_phases(kind: str, env: str, num_envs: int, rollouts: int) -> dict[str, f
 
         phases = _timed(SB3PPO, {"collect_rollouts": "collect", "train": "learn"}, seconds)
     else:
-        import trainer.loop
+        import trainer.run.loop
 
-        phases = _timed(trainer.loop, {"collect_rollout": "collect", "score_rollout": "learn",
+        phases = _timed(trainer.run.loop, {"collect_rollout": "collect", "score_rollout": "learn",
                                        "ppo_update": "learn"}, seconds)
     with phases:
         rate = ppo_steps_per_second(kind, env, num_envs, rollouts)

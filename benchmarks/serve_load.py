@@ -30,15 +30,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from trainer.launch import free_port  # noqa: E402  (after the path: the script runs from any folder)
+from trainer.cluster.launch import free_port  # noqa: E402  (after the path: the script runs from any folder)
 
 
 def untrained_model(folder: Path) -> Path:
     import gymnasium
     import torch
 
-    from trainer.checkpoint import atomic_save
-    from trainer.models import build_policy, make_policy_spec
+    from trainer.run.checkpoint import atomic_save
+    from trainer.nets.models import build_policy, make_policy_spec
 
     spec = make_policy_spec("ppo-medium", gymnasium.spaces.Box(-2, 2, (8,)), gymnasium.spaces.Discrete(2))
     torch.manual_seed(0)

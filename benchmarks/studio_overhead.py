@@ -35,7 +35,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from trainer.launch import free_port  # noqa: E402  (after the path: the script runs from any folder)
+from trainer.cluster.launch import free_port  # noqa: E402  (after the path: the script runs from any folder)
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

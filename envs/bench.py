@@ -14,11 +14,10 @@ fastest run is printed too, as the figure least disturbed by other work on a sha
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -145,8 +144,8 @@ def format_table(measurements: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = "python -m envs.bench") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (Gymnasium baselines always run on the CPU)")
     parser.add_argument("--num-envs", type=int, nargs="+", default=DEFAULT_NUM_ENVS)
     parser.add_argument("--envs", nargs="+", default=NATIVE_ENVS, help="native envs to time")
@@ -155,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadiest on a small shared machine)")
     parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
     parser.add_argument("--gym-max-envs", type=int, default=16384, help="largest num_envs for the Gymnasium SyncVectorEnv baseline")
-    parser.add_argument("--json", help="also write the measurements to this JSON file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> list[Measurement]:
+    """Time every env and size `args` asks for, print each figure and the table; the measurements."""
     torch.set_num_threads(args.threads)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
@@ -180,10 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.repeats} x {args.seconds}s; load average at the end: {load:.1f}\n"
     )
     print(format_table(measurements))
-    if args.json:
-        from trainer.run_dir import atomic_write  # the project's one atomic write
+    return measurements
 
-        atomic_write(args.json, json.dumps([asdict(m) for m in measurements], indent=2))
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m envs.bench`: the table (`python -m benchmarks.envs --json F` also writes the figures)."""
+    run(build_parser().parse_args(argv))
     return 0
 
 

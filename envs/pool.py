@@ -13,7 +13,7 @@ ended on in `final_obs`, so the learner never waits for a second round trip.
 `pool` and `async_pool`) puts it behind the `VecEnv` protocol with the conversions, scores
 and statistics every Gymnasium env gets. The asynchronous mode splits the workers into two
 groups (`send(group, actions)` / `recv(group)`), so one half of the envs steps while the
-policy acts on the other (trainer/rollout.py uses it whenever an env offers `step_groups`).
+policy acts on the other (trainer/algos/rollout.py uses it whenever an env offers `step_groups`).
 
 Faults end the run, never hang it: an exception in the env's code comes back with its own
 traceback and the worker's number; a worker that dies (a segfault) or whose step outlives

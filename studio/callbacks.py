@@ -34,10 +34,10 @@ from studio.runs import RunError, RunManager, RunSnapshot, RunState, safe_run_fi
 from studio.evaluate import runs_with_models
 from studio.scratch import ScratchFolder, hide_server_paths
 from studio.system import SystemMonitor
-from trainer.config import TrainConfig, config_from_dict, merge_settings
-from trainer.defaults import defaults_source
-from trainer.run_dir import atomic_write, checkpoint_folder, config_path, list_checkpoints, safe_name
-from trainer.safe_yaml import MAX_YAML_BYTES
+from trainer.config.keys import TrainConfig, config_from_dict, merge_settings
+from trainer.config.defaults import defaults_source
+from trainer.run.run_dir import atomic_write, checkpoint_folder, config_path, list_checkpoints, safe_name
+from trainer.config.safe_yaml import MAX_YAML_BYTES
 
 DEFAULT_ENV = "cartpole"
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
@@ -228,9 +228,9 @@ class Studio:
         return {"worker_join": {run_id: join.command}} if join is not None else {}
 
     def start_run(self, config: TrainConfig) -> RunState:
-        """Start a validated config: it must fit this machine (trainer.preflight) before a run
+        """Start a validated config: it must fit this machine (trainer.config.preflight) before a run
         folder exists, and a runs folder the studio cannot write is a message, not a crash."""
-        from trainer.preflight import check_run_fits
+        from trainer.config.preflight import check_run_fits
 
         check_run_fits(config)  # ConfigError naming num_envs / env_kwargs and the numbers
         try:
@@ -564,7 +564,7 @@ class Studio:
 
 def env_fill_message(env_name: str) -> str:
     """What on_env_change filled the form with: the tuned config only where one ships, else which
-    defaults (trainer.defaults.defaults_source says it for the CLI and the API alike)."""
+    defaults (trainer.config.defaults.defaults_source says it for the CLI and the API alike)."""
     return f"Filled the form with {defaults_source(env_name)}."
 
 

@@ -1,5 +1,5 @@
 """The live view's cluster panel: world size and one row per node (host, ranks, steps/s,
-connected since), from the nodes.json the run's master keeps (trainer.cluster.NodeMonitor).
+connected since), from the nodes.json the run's master keeps (trainer.cluster.nodes.NodeMonitor).
 
 Every run launched through the elastic launcher has one: a studio run with `nproc_per_node` > 1
 or `max_nodes` > 1, and a CLI run (`python -m trainer --nproc N`, `python -m trainer master`)
@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import time
 
-from trainer.cluster import read_nodes
+from trainer.cluster.nodes import read_nodes
 
 RECENT_LINES = 4  # connect / lost lines under the table (a CLI run's train.log has none of them)
 
@@ -39,7 +39,7 @@ def _row_html(row: dict, now: float) -> str:
 
 
 def nodes_html(nodes: dict | None, join_command: str | None = None, now: float | None = None) -> str:
-    """The panel for a nodes.json mapping (trainer.cluster.read_nodes); '' when there is none."""
+    """The panel for a nodes.json mapping (trainer.cluster.nodes.read_nodes); '' when there is none."""
     if not isinstance(nodes, dict):
         return ""
     now = time.time() if now is None else now

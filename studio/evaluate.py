@@ -3,7 +3,7 @@
 Loading goes through `trainer.load_model` (weights only: a crafted file cannot run code). The
 model's own config names its environment; an entry-point env or wrapper in it (a module the
 server would import) is refused unless the studio runs with --allow-custom-envs
-(trainer.config.require_code_permission, the rule the Train form and Resume use too).
+(trainer.config.keys.require_code_permission, the rule the Train form and Resume use too).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from trainer.config import CodePermissionError, require_code_permission
+from trainer.config.keys import CodePermissionError, require_code_permission
 
 MAX_EPISODES = 1000
 
@@ -34,7 +34,7 @@ class EvaluationSummary:
     score_std: float
     cut_episodes: int
     gif_path: str | None
-    gif_caption: str | None = None   # what the GIF shows of the first episode (trainer/events.py clip_caption)
+    gif_caption: str | None = None   # what the GIF shows of the first episode (trainer/run/events.py clip_caption)
 
     def markdown(self) -> str:
         from studio.score import format_number, game_score
@@ -90,8 +90,8 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
     """Play the model in `path` for `episodes` episodes; a GIF of the first one goes to `gif_path`."""
     import torch
 
-    from trainer.checkpoint import CheckpointError, load_model
-    from trainer.evaluate import EnvMismatchError, evaluate
+    from trainer.run.checkpoint import CheckpointError, load_model
+    from trainer.serving.evaluate import EnvMismatchError, evaluate
 
     episode_count = parse_episodes(episodes)
     if not str(path).lower().endswith((".pth", ".pt")):

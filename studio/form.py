@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from trainer.config import (
+from trainer.config.keys import (
     BASIC,
     STUDIO_GROUPS,
     CodePermissionError,
@@ -26,15 +26,15 @@ from trainer.config import (
     require_code_permission,
     to_yaml,
 )
-from trainer.defaults import shipped_config
-from trainer.safe_yaml import YamlError, load_yaml_text
+from trainer.config.defaults import shipped_config
+from trainer.config.safe_yaml import YamlError, load_yaml_text
 
 VECTOR_ENV_DEFAULT = "default"
 
 
 @dataclass(frozen=True)
 class FormField:
-    """One config key as a form control, derived from its declaration in trainer/config.py."""
+    """One config key as a form control, derived from its declaration in trainer/config/keys.py."""
 
     key: str  # TrainConfig key; "checkpoint.interval" reaches into the checkpoint section
     kind: str  # "int", "float", "bool", "choice", "text", "yaml"

@@ -3,7 +3,7 @@ reads those events from the run folder's metrics.jsonl.
 
 Every run is followed the same way, whether this studio started it or found it on disk (an
 earlier studio, the CLI): the follower reads only the lines metrics.jsonl gained since its last
-look, and the run's state comes from one rule (`trainer.run_dir.run_status`) fed with its events
+look, and the run's state comes from one rule (`trainer.run.run_dir.run_status`) fed with its events
 and with whether its owner process lives. Readers call `snapshot()` and get a consistent copy,
 so a browser session never sees a half-applied event.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from trainer.run_dir import (NOTES_FILE, RunNotes, events_path, find_final_model, latest_checkpoint_path,
+from trainer.run.run_dir import (NOTES_FILE, RunNotes, events_path, find_final_model, latest_checkpoint_path,
                              read_config, read_run_notes, run_status)
 
 ACTIVE_STATUSES = ("starting", "running", "stopping")
@@ -41,7 +41,7 @@ class GifInfo:
     episode_return: float | None
     episode_score: float | None
     steps_shown: int | None = None     # what the GIF shows of its episode (None: a run from before they were
-    episode_steps: int | None = None   # recorded); see the gif event in trainer/events.py
+    episode_steps: int | None = None   # recorded); see the gif event in trainer/run/events.py
     episode_ended: bool | None = None
 
 

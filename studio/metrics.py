@@ -1,6 +1,6 @@
 """The studio's `/metrics`: every run it knows, in the Prometheus text format.
 
-The metric names, labels and the collector are trainer/metrics_export.py's (one table for the
+The metric names, labels and the collector are trainer/serving/metrics_export.py's (one table for the
 studio and a headless trainer alike); this module only turns the studio's RunSnapshots into the
 collector's RunSamples and serves them on Gradio's FastAPI app, as a route handed to the app
 when it is built (`launch_options(...)["app_kwargs"]["routes"]`).
@@ -23,8 +23,8 @@ from starlette.routing import Route
 from studio.history import RunSnapshot
 from studio.runs import RunManager
 from studio.throttle import basic_credentials
-from trainer.metrics_export import DEFAULT_FALLING_UPDATES, RunSample, RunsCollector
-from trainer.run_dir import read_owner
+from trainer.serving.metrics_export import DEFAULT_FALLING_UPDATES, RunSample, RunsCollector
+from trainer.run.run_dir import read_owner
 
 
 def run_sample(snapshot: RunSnapshot) -> RunSample:

@@ -4,11 +4,11 @@ Each run's trainer runs in its own process with a stop event, forked from a fork
 already imported the trainer (`TRAINER_START_METHOD`). Every run, started here
 or found in the runs folder (an earlier studio, the CLI), is followed the same way: a
 `RunFollower` (studio/history.py) reads what its metrics.jsonl gained each time the run is
-looked at, and one rule (`trainer.run_dir.run_status`) gives its state. Browser sessions only
+looked at, and one rule (`trainer.run.run_dir.run_status`) gives its state. Browser sessions only
 ever read snapshots, so any number of tabs can watch the same run, and closing a tab stops nothing.
 
 A run on several processes (`nproc_per_node`) or one that accepts workers (`max_nodes` > 1) is
-started through the CLI's elastic launcher (trainer.process.run_launched): its process is the
+started through the CLI's elastic launcher (trainer.cluster.process.run_launched): its process is the
 run's master. One that accepts workers listens on the studio's cluster address (loopback unless
 `python app.py --cluster-host` says otherwise) with a new token, which only `worker_join` tells
 (the page that started the run shows it).
@@ -40,10 +40,10 @@ from studio.history import (  # noqa: F401 - re-exported: the studio's names for
     RunSnapshot,
     RunState,
 )
-from trainer.admission import new_token
-from trainer.cluster import DEFAULT_PORT
-from trainer.config import CodePermissionError, require_code_permission
-from trainer.run_dir import (
+from trainer.cluster.admission import new_token
+from trainer.cluster.nodes import DEFAULT_PORT
+from trainer.config.keys import CodePermissionError, require_code_permission
+from trainer.run.run_dir import (
     CONFIG_FILE,
     EVENTS_FILE,
     create_run_dir,
@@ -153,12 +153,12 @@ class WorkerJoin:
 
 
 def launcher_shape(config: dict) -> tuple[int, int]:
-    """(ranks on this machine, most machines) of a run: trainer.launch.ranks_wanted's rule
+    """(ranks on this machine, most machines) of a run: trainer.cluster.launch.ranks_wanted's rule
     (`nproc_per_node`, else one rank per `gpu_ids` entry) and `max_nodes`."""
     nproc, gpu_ids = config.get("nproc_per_node") or 1, config.get("gpu_ids")
     ranks = 1
     if nproc > 1 or gpu_ids:
-        from trainer.launch import ranks_wanted  # imports torch: only for a run that needs it
+        from trainer.cluster.launch import ranks_wanted  # imports torch: only for a run that needs it
 
         ranks = ranks_wanted(SimpleNamespace(nproc_per_node=nproc, gpu_ids=gpu_ids), None)
     return ranks, config.get("max_nodes") or 1
@@ -182,11 +182,11 @@ class _ActiveRun:
 # RunManager, so the imports are done by the time someone presses Start. Spawn where there is
 # no fork server (Windows).
 TRAINER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-TRAINER_PRELOAD = ["trainer.process", "trainer.loop"]
+TRAINER_PRELOAD = ["trainer.cluster.process", "trainer.run.loop"]
 
 
 def _default_target() -> TrainerTarget:
-    from trainer.process import run_training  # the trainer lives in its own layer
+    from trainer.cluster.process import run_training  # the trainer lives in its own layer
 
     return run_training
 
@@ -302,8 +302,8 @@ class RunManager:
 
     def delete_old_checkpoints(self, run_id: str) -> list[Path]:
         """Free disk space in a run that is not training: all checkpoints but the newest (resume)
-        and the best go (trainer.run_dir.delete_old_checkpoints); returns the deleted files."""
-        from trainer.run_dir import RunOwnedError, delete_old_checkpoints
+        and the best go (trainer.run.run_dir.delete_old_checkpoints); returns the deleted files."""
+        from trainer.run.run_dir import RunOwnedError, delete_old_checkpoints
 
         run_dir = self.run_dir(run_id)
         with self._lock:
@@ -443,8 +443,8 @@ class RunManager:
                 state.version += 1
 
     def _check_disk(self) -> None:
-        from trainer.config import ConfigError
-        from trainer.preflight import check_disk_space
+        from trainer.config.keys import ConfigError
+        from trainer.config.preflight import check_disk_space
 
         try:
             check_disk_space(self.runs_dir, "runs folder")
@@ -488,7 +488,7 @@ class RunManager:
         if self._target is not None:
             options = {}  # a test's stand-in trainer takes the plain arguments
         elif options:
-            from trainer.process import run_launched
+            from trainer.cluster.process import run_launched
 
             target = run_launched
         stop_event = self._context.Event()

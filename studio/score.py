@@ -30,7 +30,7 @@ class GameScore:
 
     @property
     def key(self) -> str:
-        """The metrics field of the per-update mean (trainer/events.py EVENT_SCHEMA)."""
+        """The metrics field of the per-update mean (trainer/run/events.py EVENT_SCHEMA)."""
         return "episode_return_mean" if self.is_return else "episode_score_mean"
 
     @property

@@ -5,7 +5,7 @@ studio's `GET /metrics` (HTTP basic auth, 401). Both answer as fast as a client 
 one ASGI middleware counts the failures of both, per (client address, user name): after
 `max_failures` within `window_seconds` that pair gets `429 Too Many Requests` (with Retry-After)
 for `lockout_seconds`, doubling on each further lockout; a success clears the pair (the counting
-is trainer/throttle.py's, the project's one throttle). Keyed on the user name too, one person's
+is trainer/serving/throttle.py's, the project's one throttle). Keyed on the user name too, one person's
 typos do not lock out a whole office behind one proxy address; a much higher per-address ceiling
 (`address_factor` x `max_failures`) stops one address from trying user name after user name.
 Attempts still in flight count, so parallel guesses cannot slip past the count either. The
@@ -19,7 +19,7 @@ import time
 
 from starlette.responses import JSONResponse
 
-from trainer.throttle import FailureThrottle, retry_after
+from trainer.serving.throttle import FailureThrottle, retry_after
 
 MAX_LOGIN_BODY = 64 * 1024   # Gradio's login form is two short fields
 MAX_USER_CHARS = 256         # longer user names are cut to this for the key (bounded memory)

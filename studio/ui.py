@@ -27,7 +27,7 @@ from studio.runs_tab import ALL, DEFAULT_SORT, SORT_ORDERS, STATUS_FILTERS
 from studio.scratch import ScratchFolder
 from studio.system import SystemMonitor, available_devices
 from studio.uploads import DEFAULT_MAX_UPLOAD, keep_uploads_in
-from trainer.cluster import DEFAULT_PORT
+from trainer.cluster.nodes import DEFAULT_PORT
 
 __all__ = ["DOWNLOAD_KINDS", "Studio", "build_app", "launch", "launch_options", "merged_settings"]
 

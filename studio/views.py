@@ -17,8 +17,8 @@ from typing import Sequence
 from studio.runs import GifInfo, RunSnapshot
 from studio.score import format_count, format_number, game_score
 from studio.warnings import log_with_warnings, troubles, warning_banner
-from trainer.events import clip_caption
-from trainer.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
+from trainer.run.events import clip_caption
+from trainer.run.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
 
 METRIC_COLUMNS = (
     "step", "update", "time", "elapsed", "fps", "episodes", "episode_return_mean",
@@ -139,7 +139,7 @@ def _rounded(value: float | None) -> float | None:
 
 def gif_caption(gif: GifInfo | None, env_name: str | None = None) -> str:
     """The line under the rollout GIF (never on it: the game draws its own score there): the step
-    it was taken at and what it shows of its episode, in trainer/events.py `clip_caption`'s words,
+    it was taken at and what it shows of its episode, in trainer/run/events.py `clip_caption`'s words,
     the score in the game's unit (none for a Gymnasium env: its score is the return)."""
     if gif is None:
         return "Rollout: the first GIF comes right after the first update."
@@ -206,7 +206,7 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
     except (TypeError, ValueError):
         return note
     if total > 0 and batch > 0:
-        updates = -(-total // batch)  # whole updates, as trainer/loop.py counts them
+        updates = -(-total // batch)  # whole updates, as trainer/run/loop.py counts them
         note += f"  \ntotal_timesteps **{total:,}** = {updates:,} updates"
         if updates * batch != total:
             note += f" ({updates * batch:,} steps: whole updates)"

@@ -2,7 +2,7 @@
 mean return has fallen for `warn_falling_updates` consecutive updates, or a loss is not finite.
 
 The same conditions as the alerts in deploy/prometheus/alerts.yml (RLStudioReturnFalling,
-RLStudioLossNotFinite), from the same definitions (trainer/metrics_export.py). Everything is a
+RLStudioLossNotFinite), from the same definitions (trainer/serving/metrics_export.py). Everything is a
 pure function of the run's metrics history, so a warning is shown once per episode of trouble
 (the update it began at), whatever the number of polls or open tabs. Long runs' histories are
 downsampled (studio/history.py): there a streak counts the kept points.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from studio.history import RunSnapshot
-from trainer.metrics_export import DEFAULT_FALLING_UPDATES, falling_streaks, nonfinite_losses
+from trainer.serving.metrics_export import DEFAULT_FALLING_UPDATES, falling_streaks, nonfinite_losses
 
 STEP_IN_LINE = re.compile(r"\[STEP (\d+)\]")
 

@@ -25,7 +25,7 @@ import gradio as gr  # at module level: Gradio reads the handlers' `gr.Request` 
 import numpy as np
 
 from studio.scratch import ScratchFolder
-from trainer.config import CodePermissionError, require_code_permission
+from trainer.config.keys import CodePermissionError, require_code_permission
 
 RELOAD_SECONDS = 5.0      # how often a newer checkpoint is looked for
 MAX_FPS = 60              # games faster than this are shown at this rate
@@ -63,7 +63,7 @@ class LivePlayer:
     def __init__(self, run_dir: str | Path, allow_custom_envs: bool = False, seed: int = 0):
         import torch
 
-        from trainer.export import ExportError, resolve_model_path
+        from trainer.serving.export import ExportError, resolve_model_path
 
         torch.set_num_threads(1)  # leave the cores to the trainers
         self.run_dir = Path(run_dir)
@@ -95,7 +95,7 @@ class LivePlayer:
 
     @staticmethod
     def _load(path: Path):
-        from trainer.checkpoint import CheckpointError, load_model
+        from trainer.run.checkpoint import CheckpointError, load_model
 
         try:
             return load_model(path, device="cpu")
@@ -104,7 +104,7 @@ class LivePlayer:
 
     def maybe_reload(self) -> None:
         """Switch to a newer model file of the run, if one has appeared (a checkpoint or the final model)."""
-        from trainer.export import ExportError, resolve_model_path
+        from trainer.serving.export import ExportError, resolve_model_path
 
         self.last_reload_check = time.monotonic()
         try:
@@ -228,8 +228,8 @@ def frame_html(frame: WatchFrame | None, message: str = "") -> str:
 def export_run_onnx(run_dir: str | Path, scratch: ScratchFolder) -> Path:
     """The run's newest model as ONNX, in the studio's own scratch folder (private to it, removed
     at exit; only the newest few exports are kept), from where Gradio serves the download."""
-    from trainer.checkpoint import CheckpointError
-    from trainer.export import ExportError, export_onnx, resolve_model_path
+    from trainer.run.checkpoint import CheckpointError
+    from trainer.serving.export import ExportError, export_onnx, resolve_model_path
 
     try:
         source = resolve_model_path(run_dir)
@@ -246,9 +246,9 @@ class PolicyServers:
         self.servers: dict[str, object] = {}
 
     def start(self, run_id: str, run_dir: str | Path) -> str:
-        from trainer.checkpoint import CheckpointError
-        from trainer.export import ExportError
-        from trainer.serve import ServeError, start_server
+        from trainer.run.checkpoint import CheckpointError
+        from trainer.serving.export import ExportError
+        from trainer.serving.serve import ServeError, start_server
 
         with self.lock:
             if run_id in self.servers:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.safe_yaml import load_yaml_file
+from trainer.config.safe_yaml import load_yaml_file
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 PROMTOOL = shutil.which("promtool")

@@ -225,7 +225,7 @@ def test_pip_install_gives_the_api_the_configs_and_the_commands_anywhere(tmp_pat
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(source)], check=True, capture_output=True, timeout=120)
     env = {**os.environ, "PYTHONPATH": str(target)}
-    check = ("import trainer, trainer.defaults as c; from trainer import PPO, load_model; "
+    check = ("import trainer, trainer.config.defaults as c; from trainer import PPO, load_model; "
              "print(trainer.__file__); print(c.shipped_config_path('FlappyBird-v0'))")
     shown = subprocess.run([sys.executable, "-c", check], cwd=elsewhere, env=env, capture_output=True, text=True,
                            check=True, timeout=120).stdout.split()

@@ -174,10 +174,10 @@ class RunsCode:
 def model_payload(**changes) -> dict:
     """A real CartPole model payload (an untrained network), with `changes` on top."""
     from envs import make_vec_env
-    from trainer.checkpoint import FORMAT, FORMAT_VERSION
-    from trainer.config import config_from_dict
-    from trainer.models import build_policy
-    from trainer.setup import policy_spec
+    from trainer.run.checkpoint import FORMAT, FORMAT_VERSION
+    from trainer.config.keys import config_from_dict
+    from trainer.nets.models import build_policy
+    from trainer.run.setup import policy_spec
 
     config = config_from_dict({"env_name": "cartpole"})
     env = make_vec_env("cartpole", 1, device="cpu")
@@ -338,7 +338,7 @@ PROBE_TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batc
 @pytest.fixture(scope="module")
 def probe_run(tmp_path_factory) -> Path:
     """A finished CartPole run (2 updates, 256 steps) alone in its runs folder."""
-    from trainer.loop import train
+    from trainer.run.loop import train
 
     run_dir = tmp_path_factory.mktemp("probe") / "runs" / "cartpole-ppo-small-1"
     train(PROBE_TINY, run_dir)
@@ -363,13 +363,13 @@ def test_probe_evaluate_upload_of_a_model_whose_network_is_for_another_game(stud
 def test_probe_full_disk_is_what_the_studio_shows(tmp_path, monkeypatch):
     import errno
 
-    import trainer.checkpoint
+    import trainer.run.checkpoint
     from studio.history import RunFollower
-    from trainer.process import run_training
+    from trainer.cluster.process import run_training
 
     def disk_full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    monkeypatch.setattr(trainer.checkpoint, "atomic_write", disk_full)
+    monkeypatch.setattr(trainer.run.checkpoint, "atomic_write", disk_full)
     runs = tmp_path / "runs"
     run_dir = (runs / "cartpole-ppo-small-1").resolve()
     run_dir.mkdir(parents=True)
@@ -500,7 +500,7 @@ def test_monitoring_public_metrics_host_without_a_key(tmp_path, monkeypatch):
 def test_monitoring_trainer_scrape_without_the_key(tmp_path, headers):
     import urllib.request
 
-    from trainer.metrics_server import serve_trainer_metrics
+    from trainer.serving.metrics_server import serve_trainer_metrics
 
     _, server = serve_trainer_metrics(0, key="k3y")
     try:
@@ -585,7 +585,7 @@ POLICY_CASES = [  # (what the message says, body, Content-Type)
 def policy_server():
     from test_serve import make_model
 
-    from trainer.serve import start_server
+    from trainer.serving.serve import start_server
 
     server = start_server(make_model())
     yield server

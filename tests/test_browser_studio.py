@@ -31,7 +31,7 @@ FIRST_GIF_SECONDS = 60
 
 def first_gif_timing(runs_dir, clicked: float) -> str:
     """Where the seconds from Start to the first GIF went, from the run's own events."""
-    from trainer.events import read_events
+    from trainer.run.events import read_events
 
     for events_file in runs_dir.glob("*/metrics.jsonl"):
         events = read_events(events_file)
@@ -43,7 +43,7 @@ def first_gif_timing(runs_dir, clicked: float) -> str:
 
 
 def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path):
-    from trainer.evaluate import evaluate
+    from trainer.serving.evaluate import evaluate
 
     with studio_page(tmp_path, 1500, 1100, accept_downloads=True) as (_, page):
         # CartPole is the default game; the form holds its tuned config (GIFs as shipped).
@@ -58,7 +58,7 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
         print(f"first rollout GIF shown {time.time() - clicked:.1f} s after Start; "
               f"{first_gif_timing(tmp_path / 'runs', clicked)}")
         # The schedule's promise, whatever the load: the first GIF comes after the first update.
-        from trainer.events import read_events
+        from trainer.run.events import read_events
         (events_file,) = (tmp_path / "runs").glob("*/metrics.jsonl")
         steps = [event["step"] for event in read_events(events_file) if event["type"] in ("metrics", "gif")]
         assert steps[1] == steps[0], "the first GIF did not follow the first update"

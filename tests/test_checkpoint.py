@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_model, read_checkpoint
-from trainer.config import config_from_dict, load_config
-from trainer.events import read_events
-from trainer.loop import ResumeError, train
+from trainer.run.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_model, read_checkpoint
+from trainer.config.keys import config_from_dict
+from trainer.config.defaults import load_config
+from trainer.run.events import read_events
+from trainer.run.loop import ResumeError, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -257,7 +258,7 @@ def test_foreign_and_damaged_files_get_clear_errors(tmp_path):
 KILL_DURING_SAVE = """
 import sys, torch
 from pathlib import Path
-from trainer.checkpoint import atomic_save
+from trainer.run.checkpoint import atomic_save
 folder = Path(sys.argv[1])
 atomic_save({"format": "rl-studio", "format_version": 1, "kind": "checkpoint", "global_step": 1,
              "weights": torch.arange(10.0)}, folder / "ckpt_1.pth")

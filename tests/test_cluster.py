@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer.checks import ConfigError
-from trainer.admission import new_token
-from trainer.cluster import parse_endpoint, split_cluster_file
-from trainer.launch import free_port
+from trainer.config.checks import ConfigError
+from trainer.cluster.admission import new_token
+from trainer.cluster.nodes import parse_endpoint, split_cluster_file
+from trainer.cluster.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = {"master": {"host": "192.168.1.100", "port": 54321},
@@ -283,7 +283,7 @@ def test_collectives_use_the_interface_that_reaches_the_master(monkeypatch):
     unless the user already chose one."""
     import psutil
 
-    from trainer.cluster import interface_of, pin_collectives_to
+    from trainer.cluster.nodes import interface_of, pin_collectives_to
 
     loopback = next(name for name, addresses in psutil.net_if_addrs().items()
                     if any(item.address == "127.0.0.1" for item in addresses))

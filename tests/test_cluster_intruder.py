@@ -16,8 +16,8 @@ from pathlib import Path
 from torch.distributed import TCPStore
 
 from test_cluster import ENV, ROOT, _master, _metrics, _ranks_of, _run_dir, _worker
-from trainer.admission import mac
-from trainer.launch import RANK_SETUP_ENV, free_port
+from trainer.cluster.admission import mac
+from trainer.cluster.launch import RANK_SETUP_ENV, free_port
 
 TOTAL = 500 * 2 * 128      # 500 updates of 2 ranks x 128 steps: long enough for the attacks mid-run
 OLD_KEYS = ["rl_studio/config", "rl_studio/run_dir", "rl_studio/run_id", "rl_studio/nonce", "rl_studio/master_proof"]

@@ -34,7 +34,7 @@ def check_command(command: list[str]) -> None:
         return
     assert command[1:3] == ["-m", "trainer"], command
     from trainer.__main__ import build_train_parser
-    from trainer.launch import build_master_parser, build_worker_parser
+    from trainer.cluster.launch import build_master_parser, build_worker_parser
 
     rest = command[3:]
     parsers = {"master": build_master_parser, "worker": build_worker_parser}
@@ -42,7 +42,7 @@ def check_command(command: list[str]) -> None:
         parsers[rest[0]]().parse_args(rest[1:])
     else:
         args = build_train_parser().parse_args(rest)
-        from trainer.config import load_config
+        from trainer.config.defaults import load_config
 
         load_config(ROOT / args.config if args.config else None, args.overrides)   # every --set key exists
 

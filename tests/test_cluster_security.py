@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.admission import (AdmissionGate, RefusedError, check_token, mac, new_token, request_admission,
+from trainer.cluster.admission import (AdmissionGate, RefusedError, check_token, mac, new_token, request_admission,
                                resolve_token, token_bits)
-from trainer.checks import ConfigError
-from trainer.cluster import LOST_AFTER_SECONDS, NodeMonitor, run_key
-from trainer.rendezvous import SignedBackend, state_key
-from trainer.throttle import FailureThrottle
-from trainer.wire import pack, unpack
+from trainer.config.checks import ConfigError
+from trainer.cluster.nodes import LOST_AFTER_SECONDS, NodeMonitor, run_key
+from trainer.cluster.rendezvous import SignedBackend, state_key
+from trainer.serving.throttle import FailureThrottle
+from trainer.run.wire import pack, unpack
 
 
 class DictStore:
@@ -83,7 +83,7 @@ def test_the_gate_shares_the_run_only_after_a_proof_and_proves_itself_back():
     challenge, (status, answer) = _join(gate, token)
     assert status == 200 and admitted == [("n1", "10.0.0.9")]
     assert answer["run"]["run_id"] == "r" * 32
-    from trainer.admission import digest
+    from trainer.cluster.admission import digest
 
     assert answer["proof"] == mac(token, "master", challenge, "c", digest(answer["run"]))
     replay = gate.join({"challenge": challenge, "nonce": "c", "node": "n1", "host": "x", "hostname": "h", "nproc": 1,
@@ -104,7 +104,7 @@ def test_wrong_proofs_are_throttled_per_address_and_say_nothing_of_the_run():
 
 
 def test_a_server_that_cannot_prove_the_token_is_not_believed(monkeypatch):
-    import trainer.admission as admission
+    import trainer.cluster.admission as admission
 
     answers = iter([(200, {"challenge": "c1"}), (200, {"run": {"config": "env_name: x:Evil\n"}, "proof": "0" * 64})])
     monkeypatch.setattr(admission, "_post", lambda url, body, timeout: next(answers))

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import ConfigError, TrainConfig, config_from_dict, config_reference, load_config
+from trainer.config.keys import ConfigError, TrainConfig, config_from_dict, config_reference
+from trainer.config.defaults import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,9 +157,9 @@ def test_round_trip_through_dict_keeps_every_value():
 
 
 def test_readme_config_reference_is_the_declarations_table():
-    """README.md carries the tables generated from trainer/config.py (python docs/readme/build_readme.py)."""
-    from trainer.config import reference_markdown
-    from trainer.defaults import untuned_defaults_markdown
+    """README.md carries the tables generated from trainer/config/keys.py (python docs/readme/build_readme.py)."""
+    from trainer.config.keys import reference_markdown
+    from trainer.config.defaults import untuned_defaults_markdown
 
     readme = (ROOT / "README.md").read_text()
     assert reference_markdown() in readme and untuned_defaults_markdown() in readme, (
@@ -168,7 +169,7 @@ def test_readme_config_reference_is_the_declarations_table():
 
 def test_overrides_replace_values_derived_in_a_saved_config(tmp_path):
     saved = tmp_path / "config.yaml"
-    from trainer.config import to_yaml
+    from trainer.config.keys import to_yaml
 
     saved.write_text(to_yaml(load_config(None, ["num_envs=8", "num_steps=16", "mini_batch_size=32"])))
     config = load_config(saved, ["num_envs=16"])      # the saved batch_size (128) makes way
@@ -178,7 +179,7 @@ def test_overrides_replace_values_derived_in_a_saved_config(tmp_path):
 
 
 def test_an_env_without_a_tuned_config_starts_from_the_defaults_of_its_kind_of_actions(tmp_path):
-    from trainer.defaults import UNTUNED_DEFAULTS, defaults_source, shipped_config
+    from trainer.config.defaults import UNTUNED_DEFAULTS, defaults_source, shipped_config
 
     continuous = UNTUNED_DEFAULTS["continuous"]
     declared = TrainConfig()
@@ -206,7 +207,7 @@ def test_the_api_gives_an_env_object_the_defaults_of_its_actions():
     import gymnasium
 
     from trainer import PPO
-    from trainer.defaults import UNTUNED_DEFAULTS
+    from trainer.config.defaults import UNTUNED_DEFAULTS
 
     continuous = UNTUNED_DEFAULTS["continuous"]
     with PPO(lambda: gymnasium.make("Pendulum-v1"), device="cpu") as model:

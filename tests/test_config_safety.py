@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import (CodePermissionError, ConfigError, code_entry_points, config_from_dict, load_config,
-                            merge_settings, require_code_permission)
-from trainer.defaults import shipped_config_path
-from trainer.preflight import check_run_fits
-from trainer.safe_yaml import YamlError, load_yaml_text
+from trainer.config.keys import CodePermissionError, ConfigError, code_entry_points, config_from_dict, merge_settings, require_code_permission
+from trainer.config.defaults import load_config
+from trainer.config.defaults import shipped_config_path
+from trainer.config.preflight import check_run_fits
+from trainer.config.safe_yaml import YamlError, load_yaml_text
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
@@ -34,7 +34,8 @@ def test_alias_bomb_in_a_file_keeps_memory_small(tmp_path):
     code = textwrap.dedent(f"""
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (2 * 1024 ** 3, 2 * 1024 ** 3))
-        from trainer.config import ConfigError, load_config
+        from trainer.config.keys import ConfigError
+        from trainer.config.defaults import load_config
         try:
             load_config({str(path)!r})
         except ConfigError as error:

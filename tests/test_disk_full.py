@@ -8,12 +8,12 @@ import queue as queue_module
 
 import pytest
 
-import trainer.checkpoint
-import trainer.loop
-import trainer.storage
+import trainer.run.checkpoint
+import trainer.run.loop
+import trainer.run.storage
 from studio import views
 from studio.history import RunFollower
-from trainer.process import run_training
+from trainer.cluster.process import run_training
 
 TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
         "total_timesteps": 8 * 16 * 3, "gif_interval": 0, "torch_threads": 1, "device": "cpu",
@@ -24,18 +24,18 @@ FREE = 1_500_000  # what the disk is said to have left: the message shows it as 
 def full_disk_at_checkpoints(monkeypatch):
     def refuse(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    monkeypatch.setattr(trainer.checkpoint, "atomic_write", refuse)  # atomic_save's writer
+    monkeypatch.setattr(trainer.run.checkpoint, "atomic_write", refuse)  # atomic_save's writer
 
 
 def quota_used_up_at_config_yaml(monkeypatch):
     def refuse(run_dir, config):
         raise OSError(errno.EDQUOT, "Disk quota exceeded", str(run_dir / "config.yaml"))
-    monkeypatch.setattr(trainer.loop, "write_config", refuse)  # a raw OSError, not a StorageError
+    monkeypatch.setattr(trainer.run.loop, "write_config", refuse)  # a raw OSError, not a StorageError
 
 
 @pytest.fixture(autouse=True)
 def little_free_space(monkeypatch):
-    monkeypatch.setattr(trainer.storage, "free_bytes", lambda path: FREE)
+    monkeypatch.setattr(trainer.run.storage, "free_bytes", lambda path: FREE)
 
 
 @pytest.mark.parametrize("fail_write", [full_disk_at_checkpoints, quota_used_up_at_config_yaml],

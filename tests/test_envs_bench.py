@@ -1,7 +1,7 @@
 """The speed benchmark runs and prints its table (figures are printed, never asserted)."""
 import json
 
-from envs.bench import main
+from benchmarks.envs import main
 
 
 def test_benchmark_prints_a_table_with_the_gymnasium_baselines(capsys, tmp_path):

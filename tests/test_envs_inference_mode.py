@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from envs.registry import make_vec_env
-from trainer.checkpoint import capture_env_state, restore_env_state
+from trainer.run.checkpoint import capture_env_state, restore_env_state
 
 ENVS = [("cartpole", {}), ("cartpole", {"precision": "float64"}), ("flappy_bird", {}),
         ("flappy_bird", {"obs": "pixels"}), ("snake", {}), ("snake", {"obs": "grid"}),

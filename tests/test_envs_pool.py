@@ -25,7 +25,7 @@ import envs.doorbell
 from envs.cores import resolve_num_workers
 from envs.pool import EnvWorkerError
 from envs_helpers import ScoringEnv
-from trainer.config import ConfigError, config_from_dict
+from trainer.config.keys import ConfigError, config_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,7 +280,7 @@ def test_num_workers_auto_means_the_usable_cores():
 
 
 def test_the_guide_yaml_runs_a_gymnasium_env_through_the_pool(tmp_path):
-    from trainer.setup import make_training_env
+    from trainer.run.setup import make_training_env
 
     config = config_from_dict({"env_name": "CartPole-v1", "vector_env": True, "num_workers": 2})
     # CartPole-v1 is our built-in; gym: asks for Gymnasium's, as a user's own env would be

@@ -171,7 +171,7 @@ def test_a_checkpoint_taken_between_two_folds_of_the_step_log_resumes_the_same_s
     """capture_env_state must include the steps still in EpisodeStats' step log: a fresh env
     restored from it then reports exactly what the original env reports."""
     from envs.cartpole import CartPoleVecEnv
-    from trainer.checkpoint import capture_env_state, restore_env_state
+    from trainer.run.checkpoint import capture_env_state, restore_env_state
 
     original = CartPoleVecEnv(16, seed=0)
     actions = torch.Generator().manual_seed(0)

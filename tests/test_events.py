@@ -1,4 +1,4 @@
-"""The event schema: declared once (trainer/events.py EVENT_SCHEMA), enforced by make_event, and
+"""The event schema: declared once (trainer/run/events.py EVENT_SCHEMA), enforced by make_event, and
 shown in docs/architecture.md as the same table."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.events import EVENT_SCHEMA, make_event
+from trainer.run.events import EVENT_SCHEMA, make_event
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

@@ -16,11 +16,12 @@ import torch
 ort = pytest.importorskip("onnxruntime", reason="optional extra: pip install -r requirements-export.txt")
 pytest.importorskip("onnx", reason="optional extra: pip install -r requirements-export.txt")
 
-from trainer.checkpoint import TrainedModel, load_model  # noqa: E402
-from trainer.config import config_from_dict, load_config  # noqa: E402
-from trainer.export import ExportError, export_onnx  # noqa: E402
-from trainer.loop import train  # noqa: E402
-from trainer.models import build_policy, make_policy_spec  # noqa: E402
+from trainer.run.checkpoint import TrainedModel, load_model  # noqa: E402
+from trainer.config.keys import config_from_dict
+from trainer.config.defaults import load_config
+from trainer.serving.export import ExportError, export_onnx  # noqa: E402
+from trainer.run.loop import train  # noqa: E402
+from trainer.nets.models import build_policy, make_policy_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

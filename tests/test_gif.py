@@ -1,5 +1,5 @@
 """Rollout GIFs: when the loop records one (GifSchedule), what the recorder plays and draws, and
-the caption that says what a GIF shows of its episode (trainer/events.py clip_caption), shared
+the caption that says what a GIF shows of its episode (trainer/run/events.py clip_caption), shared
 by the Train view, the log, `trainer evaluate --gif` and the Evaluate tab."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 from PIL import Image
 
 from envs import make_vec_env
-from trainer.config import config_from_dict
-from trainer.events import clip_caption, format_event, make_event
-from trainer.gif import PLAY_ON_SECONDS, GifRecorder, GifResult, GifSchedule
-from trainer.setup import policy_spec
+from trainer.config.keys import config_from_dict
+from trainer.run.events import clip_caption, format_event, make_event
+from trainer.run.gif import PLAY_ON_SECONDS, GifRecorder, GifResult, GifSchedule
+from trainer.run.setup import policy_spec
 
 
 # -- the caption ---------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def cartpole_recorder():
     def recorder(max_frames: int) -> GifRecorder:
         return GifRecorder(lambda: make_vec_env("cartpole", 1, device="cpu", seed=1), spec, max_frames)
 
-    from trainer.models import build_policy
+    from trainer.nets.models import build_policy
     return recorder, build_policy(spec).state_dict()
 
 
@@ -141,8 +141,8 @@ def test_evaluate_gifs_are_captioned_the_same_way(tmp_path):
     """`trainer evaluate --gif` and the Evaluate tab: the GIF of the first episode, cut at its
     frame limit, says so with the episode's real length (played to the end anyway)."""
     from studio.evaluate import evaluate_checkpoint
-    from trainer.evaluate import evaluate
-    from trainer.loop import train
+    from trainer.serving.evaluate import evaluate
+    from trainer.run.loop import train
 
     config = config_from_dict({"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64,
                                "total_timesteps": 256, "gif_interval": 0, "seed": 2, "device": "cpu"})

@@ -8,8 +8,8 @@ import torch
 
 from envs import cores
 from envs.cores import available_cores, cgroup_cpu_quota
-from trainer.config import load_config
-from trainer.setup import set_threads
+from trainer.config.defaults import load_config
+from trainer.run.setup import set_threads
 
 
 def test_cgroup_v2_cpu_max(tmp_path):
@@ -61,8 +61,8 @@ def test_a_run_refuses_to_start_when_the_runs_disk_is_almost_full(tmp_path, monk
 
     import pytest
 
-    from trainer.config import ConfigError
-    from trainer.preflight import check_writable_folder
+    from trainer.config.keys import ConfigError
+    from trainer.config.preflight import check_writable_folder
 
     check_writable_folder(tmp_path / "runs", "--runs-dir")  # plenty of space: fine
     usage = shutil_module.disk_usage(tmp_path)

@@ -1,5 +1,5 @@
 """deploy/: the Grafana dashboard and the alert rules ask only for metrics the project exports
-(trainer/metrics_export.py), the compose stack mounts files that exist, and the compose
+(trainer/serving/metrics_export.py), the compose stack mounts files that exist, and the compose
 Prometheus config is valid."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.metrics_export import exported_names
-from trainer.safe_yaml import load_yaml_file
+from trainer.serving.metrics_export import exported_names
+from trainer.config.safe_yaml import load_yaml_file
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 PROMQL_WORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
@@ -61,7 +61,7 @@ def test_every_query_names_only_exported_metrics(source):
     assert exprs
     for expr in exprs:
         unknown = metric_names(expr) - exported_names() - PROMETHEUS_OWN
-        assert not unknown, f"{expr!r} asks for {sorted(unknown)}, which trainer/metrics_export.py does not export"
+        assert not unknown, f"{expr!r} asks for {sorted(unknown)}, which trainer/serving/metrics_export.py does not export"
 
 
 def test_the_dashboard_shows_what_the_guide_promises():

@@ -1,4 +1,4 @@
-"""trainer/metrics_export.py: what Prometheus reads from a trainer (names, values, labels), and
+"""trainer/serving/metrics_export.py: what Prometheus reads from a trainer (names, values, labels), and
 the one definition of "the return fell for N updates" and "a loss is not finite"."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from metrics_helpers import metrics_event
 from test_studio_helpers import free_port
-from trainer.events import make_event
-from trainer.metrics_export import (METRICS, MetricsSink, RunsCollector, exported_names, falling_streak,
+from trainer.run.events import make_event
+from trainer.serving.metrics_export import (METRICS, MetricsSink, RunsCollector, exported_names, falling_streak,
                                     falling_streaks, parse_gpu_csv)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def test_a_busy_metrics_port_is_a_clear_usage_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Who may scrape a trainer: this machine only, unless a key is set (trainer/bind.py)
+# Who may scrape a trainer: this machine only, unless a key is set (trainer/serving/bind.py)
 
 
 def scrape_status(url: str, headers: dict | None = None) -> tuple[int, str]:
@@ -160,7 +160,7 @@ def scrape_status(url: str, headers: dict | None = None) -> tuple[int, str]:
 
 def test_the_trainers_metrics_listen_on_this_machine_only_by_default():
     from trainer.__main__ import build_train_parser
-    from trainer.metrics_server import serve_trainer_metrics
+    from trainer.serving.metrics_server import serve_trainer_metrics
 
     assert build_train_parser().parse_args(["--metrics-port", "9109"]).metrics_host == "127.0.0.1"
     _, server = serve_trainer_metrics(0)
@@ -172,7 +172,7 @@ def test_the_trainers_metrics_listen_on_this_machine_only_by_default():
 
 
 def test_loopback_is_this_machine_and_nothing_else():
-    from trainer.bind import is_loopback
+    from trainer.serving.bind import is_loopback
 
     assert all(map(is_loopback, ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"]))
     assert not any(map(is_loopback, ["0.0.0.0", "::", "192.168.1.5", "example.com", "localhost.evil.com"]))
@@ -181,8 +181,8 @@ def test_loopback_is_this_machine_and_nothing_else():
 def test_a_public_metrics_host_without_a_key_is_refused_before_anything_starts(tmp_path, monkeypatch):
     import pytest
 
-    from trainer.bind import PublicBindError
-    from trainer.metrics_server import serve_trainer_metrics
+    from trainer.serving.bind import PublicBindError
+    from trainer.serving.metrics_server import serve_trainer_metrics
 
     with pytest.raises(PublicBindError, match="--metrics-key"):
         serve_trainer_metrics(0, "0.0.0.0")
@@ -197,7 +197,7 @@ def test_a_public_metrics_host_without_a_key_is_refused_before_anything_starts(t
 
 
 def test_with_a_key_a_scrape_needs_it_as_a_bearer_token():
-    from trainer.metrics_server import serve_trainer_metrics
+    from trainer.serving.metrics_server import serve_trainer_metrics
 
     sink, server = serve_trainer_metrics(0, "127.0.0.1", key="s3cret-key")
     sink(make_event("start", run_id="keyed-1", config={"env_name": "cartpole"}, device="cpu",

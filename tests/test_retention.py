@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer.checkpoint import list_checkpoints, load_model
-from trainer.config import config_from_dict
-from trainer.loop import train
-from trainer.run_dir import (BEST_FILE, RunOwnedError, checkpoint_path, delete_old_checkpoints, prune_checkpoints,
+from trainer.run.checkpoint import list_checkpoints, load_model
+from trainer.config.keys import config_from_dict
+from trainer.run.loop import train
+from trainer.run.run_dir import (BEST_FILE, RunOwnedError, checkpoint_path, delete_old_checkpoints, prune_checkpoints,
                              read_best_checkpoint, record_checkpoint_return, run_size_bytes, take_ownership,
                              write_config)
 
@@ -193,8 +193,8 @@ def test_trainer_metrics_carry_the_rank_of_the_process_serving_them(monkeypatch,
     from prometheus_client import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from trainer.events import make_event
-    from trainer.metrics_export import MetricsSink, RunsCollector
+    from trainer.run.events import make_event
+    from trainer.serving.metrics_export import MetricsSink, RunsCollector
 
     if rank is None:
         monkeypatch.delenv("RANK", raising=False)

@@ -1,4 +1,4 @@
-"""The run layout (trainer/run_dir.py): the documented folder, atomic writes of every run file,
+"""The run layout (trainer/run/run_dir.py): the documented folder, atomic writes of every run file,
 the owner file, the status rule, and a CLI run with its own checkpoint.path in the studio."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import trainer.run_dir as run_dir_module
-from trainer.run_dir import (LAYOUT, RunOwnedError, RunOwner, checkpoint_folder, latest_checkpoint_path,
+import trainer.run.run_dir as run_dir_module
+from trainer.run.run_dir import (LAYOUT, RunOwnedError, RunOwner, checkpoint_folder, latest_checkpoint_path,
                              live_owner, remove_stale_temporaries, run_status, take_ownership)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_only_the_atomic_writer_replaces_files():
     callers = [str(path.relative_to(ROOT)) for folder in ("trainer", "studio", "envs", "benchmarks")
                for path in (ROOT / folder).glob("*.py")
                if re.search(r"\bos\.(replace|rename)\(", path.read_text(encoding="utf-8"))]
-    assert callers == ["trainer/run_dir.py"]
+    assert callers == ["trainer/run/run_dir.py"]
 
 
 def _writers(run: Path):
@@ -43,10 +43,10 @@ def _writers(run: Path):
 
     from studio import views
     from studio.history import RunState
-    from trainer.checkpoint import atomic_save
-    from trainer.events import trim_events_after
-    from trainer.gif import write_gif
-    from trainer.run_dir import write_config
+    from trainer.run.checkpoint import atomic_save
+    from trainer.run.events import trim_events_after
+    from trainer.run.gif import write_gif
+    from trainer.run.run_dir import write_config
 
     frames = [np.zeros((8, 8, 3), dtype=np.uint8)] * 2
     snapshot = RunState(run_id=run.name, run_dir=run, metrics=[{"step": 1}]).snapshot()
@@ -83,7 +83,7 @@ def test_every_run_file_is_written_atomically(tmp_path, monkeypatch):
 
 
 def test_checkpoint_folder_honours_checkpoint_path(tmp_path):
-    from trainer.config import config_from_dict
+    from trainer.config.keys import config_from_dict
 
     assert checkpoint_folder(tmp_path, {"env_name": "cartpole"}) == tmp_path / "checkpoints"
     assert checkpoint_folder(tmp_path, {"checkpoint": {"path": "saves/a"}}) == tmp_path / "saves" / "a"
@@ -163,8 +163,8 @@ def _tiny_config(**overrides) -> dict:
 
 def test_a_cli_run_with_its_own_checkpoint_path_is_listed_and_resumed_by_the_studio(tmp_path):
     from studio.runs import RunManager
-    from trainer.loop import train
-    from trainer.run_dir import create_run_dir
+    from trainer.run.loop import train
+    from trainer.run.run_dir import create_run_dir
 
     config = _tiny_config()
     run = create_run_dir(config, tmp_path)

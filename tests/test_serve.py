@@ -23,11 +23,11 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from trainer.checkpoint import TrainedModel, atomic_save
-from trainer.models import build_policy, make_policy_spec
-from trainer.http_limits import MAX_BODY_BYTES
-from trainer.serve import ServeError, create_app, start_server
-from trainer.launch import free_port
+from trainer.run.checkpoint import TrainedModel, atomic_save
+from trainer.nets.models import build_policy, make_policy_spec
+from trainer.serving.http_limits import MAX_BODY_BYTES
+from trainer.serving.serve import ServeError, create_app, start_server
+from trainer.cluster.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,7 +224,7 @@ def test_the_plain_http_example_plays_cartpole_through_the_server():
 
 
 # ---------------------------------------------------------------------------------------------
-# What any client can make the server hold is bounded (trainer/http_limits.py)
+# What any client can make the server hold is bounded (trainer/serving/http_limits.py)
 
 HEADER_TIMEOUT_S = 2.0  # the child server's deadline for a request's headers (the default is 10 s)
 FLOOD = 1100            # half-sent requests: more than a 1024-fd process can hold
@@ -233,8 +233,8 @@ CHILD_SERVER = """
 import resource, sys
 hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))  # a common default, below FLOOD
-from trainer.http_server import ServerLimits
-from trainer.serve import start_server
+from trainer.serving.http_server import ServerLimits
+from trainer.serving.serve import start_server
 server = start_server(sys.argv[1], limits=ServerLimits(header_timeout_s=float(sys.argv[2])))
 print(server.url, flush=True)
 sys.stdin.read()  # serves until the test closes stdin

@@ -20,9 +20,9 @@ from studio.cluster_view import nodes_html, run_nodes_html
 from studio.form import FORM_FIELDS, form_values, raw_config_from_form, tuned_config, validated_config
 from studio.runs import RunError, RunManager
 from studio.views import runs_table_rows
-from trainer.checks import ConfigError
-from trainer.cluster import NODES_FILE, Node, NodeMonitor
-from trainer.config import config_from_dict
+from trainer.config.checks import ConfigError
+from trainer.cluster.nodes import NODES_FILE, Node, NodeMonitor
+from trainer.config.keys import config_from_dict
 
 SHORT = {"env_name": "cartpole", "total_timesteps": 2048, "num_envs": 8, "num_steps": 64, "mini_batch_size": 128,
          "gif_interval": 0, "checkpoint": {"interval": 1}, "log_interval": 1}

@@ -21,7 +21,7 @@ from studio.form import BASIC_FIELDS
 from studio.scratch import ScratchFolder
 from test_studio_runs import CONFIG, fake_endless_trainer, wait_for
 from test_studio_ui import KEYS, SKIP, make_studio
-from trainer.config import ConfigError, config_from_dict
+from trainer.config.keys import ConfigError, config_from_dict
 
 
 def test_environment_comes_first_in_the_form():

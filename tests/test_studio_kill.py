@@ -132,7 +132,7 @@ def test_stop_never_signals_a_process_that_is_not_a_trainer(tmp_path, owner):
     import socket
 
     from studio.runs import RunError, RunManager
-    from trainer.run_dir import RunOwner, _process_started
+    from trainer.run.run_dir import RunOwner, _process_started
 
     pid = os.getpid() if owner["pid"] == "self" else owner["pid"]
     run_dir = tmp_path / "crafted"

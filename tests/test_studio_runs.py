@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.run_dir import RunOwner, latest_checkpoint_path, take_ownership
+from trainer.run.run_dir import RunOwner, latest_checkpoint_path, take_ownership
 
 from studio.runs import (
     TRAINER_PRELOAD,
@@ -50,7 +50,7 @@ def _save(path: Path, content: bytes) -> str:
 
 
 def fake_trainer(config, run_dir, queue, stop_event, resume, updates=10, delay=0.0, forever=False):
-    owner = take_ownership(run_dir)  # as trainer.loop.train does
+    owner = take_ownership(run_dir)  # as trainer.run.loop.train does
     emit = _emitter(run_dir, queue)
     run_path = Path(run_dir)
     first_update = 0

@@ -21,7 +21,7 @@ from studio.history import RunState
 from studio.runs import RunError, RunManager
 from studio.ui import Studio
 from test_studio_runs import CONFIG, fake_endless_trainer, fake_trainer, wait_for
-from trainer.run_dir import MAX_RUN_NAME_CHARS, NOTES_FILE, RunNotes, create_run_dir, write_config
+from trainer.run.run_dir import MAX_RUN_NAME_CHARS, NOTES_FILE, RunNotes, create_run_dir, write_config
 
 SKIP = gr.skip()
 

@@ -29,9 +29,9 @@ def test_onnx_exports_go_into_each_studios_own_scratch_folder(tmp_path, monkeypa
     from studio.scratch import ScratchFolder
     from studio.ui import build_app
     from studio.uploads import keep_uploads_in
-    from trainer.config import config_from_dict
-    from trainer.loop import train
-    from trainer.run_dir import create_run_dir
+    from trainer.config.keys import config_from_dict
+    from trainer.run.loop import train
+    from trainer.run.run_dir import create_run_dir
 
     run_dir = create_run_dir(config_from_dict(TINY), tmp_path / "runs")
     train(config_from_dict(TINY), run_dir)

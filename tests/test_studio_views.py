@@ -34,8 +34,8 @@ from studio.form import (
 )
 from studio.runs import GifInfo, RunState
 from studio.system import SystemMonitor, parse_nvidia_smi
-from trainer.config import CheckpointConfig, ConfigError, TrainConfig, config_from_dict
-from trainer.run_dir import run_size_bytes
+from trainer.config.keys import CheckpointConfig, ConfigError, TrainConfig, config_from_dict
+from trainer.run.run_dir import run_size_bytes
 
 
 def metrics_events(count: int, start_step: int = 0) -> list[dict]:

@@ -88,7 +88,7 @@ def test_guide_style_flappy_bird_yaml_runs_as_is(tmp_path):
 
 
 def test_a_shipped_config_by_its_bare_name_from_any_folder(tmp_path, monkeypatch):
-    from trainer.__main__ import shipped_config_file
+    from trainer.config.defaults import shipped_config_file
 
     monkeypatch.chdir(tmp_path)
     assert shipped_config_file("train_flappy_bird.yaml") == ROOT / "configs" / "train_flappy_bird.yaml"
@@ -100,7 +100,7 @@ def test_a_shipped_config_by_its_bare_name_from_any_folder(tmp_path, monkeypatch
 
 def tiny_finished_run(run_dir: Path, env_name: str = "cartpole") -> Path:
     """A finished run of 2 updates (256 steps), trained in this process."""
-    from trainer.loop import train
+    from trainer.run.loop import train
 
     train({"env_name": env_name, "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
            "total_timesteps": 256, "gif_interval": 0, "device": "cpu"}, run_dir)

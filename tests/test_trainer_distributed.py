@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from trainer.launch import free_port
+from trainer.cluster.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 2,
@@ -25,7 +25,7 @@ UPDATE = {"update_epochs": 2, "clip_coef": 0.2, "clip_vloss": False, "norm_adv":
 
 
 def _update(policy, batch, mini_batch_size, reduce=None):
-    from trainer.ppo import Adam, UpdateSettings, ppo_update
+    from trainer.algos.ppo import Adam, UpdateSettings, ppo_update
 
     optimizer = Adam(policy)
     ppo_update(policy, optimizer, batch, UpdateSettings(mini_batch_size=mini_batch_size, **UPDATE), 3e-3,
@@ -36,8 +36,8 @@ def _update(policy, batch, mini_batch_size, reduce=None):
 def _rank_main(rank: int, world_size: int, port: int, run_dir: str, out_dir: str) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from trainer.distributed import setup_distributed, shutdown_distributed
-    from trainer.loop import train
+    from trainer.run.ranks import setup_distributed, shutdown_distributed
+    from trainer.run.loop import train
 
     _update_on_half(rank, setup_distributed("gloo", "cpu"), Path(out_dir))
     result = train(dict(TINY), run_dir)
@@ -67,7 +67,7 @@ def test_two_ranks_stay_identical_and_rank0_writes(two_ranks):
         assert torch.equal(tensor, rank1["state"][name]), name
     assert rank0["final_model"] and rank1["final_model"] is None
     assert (run_dir / "cartpole_ppo_final.pth").is_file()
-    from trainer.events import read_events
+    from trainer.run.events import read_events
 
     metrics = [event for event in read_events(run_dir / "metrics.jsonl") if event["type"] == "metrics"]
     assert [event["step"] for event in metrics] == [256, 512, 768]     # one line per update, not per rank
@@ -93,7 +93,7 @@ def _write_update_data(path: Path) -> None:
     """A network and a batch of 256 samples whose ratios fall inside and outside the clip range."""
     import gymnasium
 
-    from trainer.models import build_policy, make_policy_spec
+    from trainer.nets.models import build_policy, make_policy_spec
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2), False)
     torch.manual_seed(3)
@@ -108,8 +108,8 @@ def _write_update_data(path: Path) -> None:
 
 
 def _load_update_data(path: Path, rows: slice = slice(None)):
-    from trainer.models import build_policy
-    from trainer.ppo import UpdateBatch
+    from trainer.nets.models import build_policy
+    from trainer.algos.ppo import UpdateBatch
 
     saved = torch.load(path, weights_only=True)
     policy = build_policy(saved["spec"])
@@ -143,11 +143,11 @@ def test_two_ranks_take_the_step_one_rank_takes_with_both_batches(two_ranks):
 def test_the_writer_resumes_exactly_whatever_its_rank(tmp_path):
     """A re-formed cluster can give the master's rank (the writer, whose env state the checkpoint
     holds) any rank number: it continues its own episodes exactly, not only as rank 0."""
-    from trainer.checkpoint import latest_checkpoint
-    from trainer.config import config_from_dict
-    from trainer.events import EventBus
-    from trainer.loop import TrainingSession, train
-    from trainer.resume import restore
+    from trainer.run.checkpoint import latest_checkpoint
+    from trainer.config.keys import config_from_dict
+    from trainer.run.events import EventBus
+    from trainer.run.loop import TrainingSession, train
+    from trainer.run.resume import restore
 
     config = config_from_dict({**TINY, "total_timesteps": 8 * 16 * 2, "checkpoint": {"interval": 1}})
     train(config, tmp_path / "run")
@@ -166,7 +166,7 @@ def test_a_run_rerun_under_an_elastic_launcher_continues(tmp_path, monkeypatch):
     """torchrun and a restarted PyTorchJob pod run the same command again (`--run-dir` fixed, as in
     deploy/k8s): the run continues from its checkpoint instead of the folder being refused."""
     from trainer.__main__ import main
-    from trainer.events import read_events
+    from trainer.run.events import read_events
 
     command = ["--set", "num_envs=8", "--set", "num_steps=16", "--set", "gif_interval=0", "--set", "device=cpu",
                "--set", "checkpoint.interval=1", "--run-dir", str(tmp_path / "run"), "--quiet"]
@@ -180,7 +180,7 @@ def test_a_run_rerun_under_an_elastic_launcher_continues(tmp_path, monkeypatch):
 
 
 def test_every_rank_and_restart_point_draws_its_own_random_streams():
-    from trainer.seeding import seeds
+    from trainer.run.seeding import seeds
 
     drawn = [seeds(5, rank, update) for rank in range(4) for update in (0, 7, 8)]
     assert len({s.env for s in drawn}) == len(drawn)               # no two ranks replay the same episodes

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.checkpoint import load_model
-from trainer.config import load_config
-from trainer.events import read_events
-from trainer.loop import train
+from trainer.run.checkpoint import load_model
+from trainer.config.defaults import load_config
+from trainer.run.events import read_events
+from trainer.run.loop import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["num_envs=4", "num_steps=16", "mini_batch_size=32", "update_epochs=1", "gif_interval=0",
@@ -89,7 +89,7 @@ def test_tensorboard_without_the_package_is_a_warning_not_a_failure(tmp_path):
 
 
 def test_evaluate_from_python(tmp_path):
-    from trainer.evaluate import evaluate
+    from trainer.serving.evaluate import evaluate
 
     result = train(load_config(None, TINY + ["total_timesteps=64"]), tmp_path / "run")
     evaluation = evaluate(result.final_model, episodes=7, num_envs=3)
@@ -137,7 +137,7 @@ def test_wrappers_route_a_builtin_through_gymnasium(tmp_path):
     result = train(config, tmp_path / "run")
     assert result.status == "finished"
     # A Gymnasium-backed env cannot be snapshotted: its checkpoints carry no env state.
-    from trainer.checkpoint import latest_checkpoint
+    from trainer.run.checkpoint import latest_checkpoint
 
     _, payload = latest_checkpoint(tmp_path / "run" / "checkpoints")
     assert payload["env_state"] is None

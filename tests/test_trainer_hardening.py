@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
-from trainer.config import ConfigError, config_from_dict
-from trainer.evaluate import evaluate
-from trainer.loop import train
-from trainer.models import build_policy, make_policy_spec
+from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
+from trainer.config.keys import ConfigError, config_from_dict
+from trainer.serving.evaluate import evaluate
+from trainer.run.loop import train
+from trainer.nets.models import build_policy, make_policy_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "SDL_VIDEODRIVER": "dummy"}
@@ -102,7 +102,7 @@ def test_resume_refuses_an_entry_point_in_the_run_folders_config(tmp_path):
 BIG_SPEC_IN_A_SMALL_FILE = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))  # a 10 GB network cannot even be tried
-from trainer.checkpoint import CheckpointError, load_model
+from trainer.run.checkpoint import CheckpointError, load_model
 try:
     load_model(sys.argv[1])
 except CheckpointError as error:
@@ -254,7 +254,7 @@ def test_predict_with_the_wrong_observation_shape_says_what_it_expects(tmp_path)
 
 
 def test_a_checkpoint_save_on_a_full_disk_says_no_space_and_keeps_the_old_file(tiny_disk):
-    from trainer.checkpoint import atomic_save
+    from trainer.run.checkpoint import atomic_save
 
     path = tiny_disk / "ckpt.pth"
     atomic_save({"format": "rl-studio", "weights": torch.zeros(1000)}, path)

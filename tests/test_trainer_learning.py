@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import load_config
-from trainer.loop import train
+from trainer.config.defaults import load_config
+from trainer.run.loop import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def test_guide_flappy_config_runs_in_full(tmp_path):
     assert recorder.best >= 5
 
 
-# Pendulum-v1 from the defaults for continuous actions (trainer/defaults.py UNTUNED_DEFAULTS): the
+# Pendulum-v1 from the defaults for continuous actions (trainer/config/defaults.py UNTUNED_DEFAULTS): the
 # mean return of an update's episodes went from -1249 / -1308 / -1266 (first update, seeds 1 / 2 /
 # 3) to at best -555 / -652 / -824 within 14 updates (57k steps); seed 1's mean of the last 100
 # episodes passed -400 at 74k steps (about 50 s on an idle 2-core machine: too long for the

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.models import FoldedMLP, build_policy, make_policy_spec
-from trainer.normalization import RunningMeanStd
-from trainer.ppo import Adam, compute_gae
+from trainer.nets.models import FoldedMLP, build_policy, make_policy_spec
+from trainer.nets.normalization import RunningMeanStd
+from trainer.algos.ppo import Adam, compute_gae
 
 
 def reference_gae(rewards, values, dones, last_value, gamma, lam):
@@ -114,7 +114,7 @@ def test_the_folded_mlp_follows_the_activation_table():
         obs = 3 * torch.randn(200, 7)
         with torch.no_grad():
             torch.testing.assert_close(FoldedMLP(mlp)(obs), mlp(obs), rtol=1e-4, atol=1e-5)
-    from trainer.models import UnsupportedNetwork
+    from trainer.nets.models import UnsupportedNetwork
 
     with pytest.raises(UnsupportedNetwork, match=r"layer 1 \(Sigmoid\(\)\).*Tanh, ReLU"):
         FoldedMLP(torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.Sigmoid(), torch.nn.Linear(16, 3)))
@@ -165,7 +165,7 @@ def test_cnn_policy_for_grid_and_image_observations():
         policy = build_policy(make_policy_spec("ppo-cnn", space, gymnasium.spaces.Discrete(4)))
         actions, log_probs, values = policy.act(torch.rand(5, *shape))
         assert actions.shape == (5,) and values.shape == (5,)
-    from trainer.models import ModelError
+    from trainer.nets.models import ModelError
 
     with pytest.raises(ModelError, match="ppo-small"):
         make_policy_spec("ppo-cnn", gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
@@ -200,7 +200,7 @@ def trained_looking(policy, scale=0.2):
 
 def minibatch_of(policy, size, device="cpu", obs_size=6):
     """A minibatch whose ratios fall both inside and outside the clip range."""
-    from trainer.ppo import UpdateBatch
+    from trainer.algos.ppo import UpdateBatch
 
     def randn(*shape):
         return torch.randn(*shape, device=device)
@@ -216,7 +216,7 @@ def minibatch_of(policy, size, device="cpu", obs_size=6):
 
 
 def settings_for(**changes):
-    from trainer.ppo import UpdateSettings
+    from trainer.algos.ppo import UpdateSettings
 
     values = dict(update_epochs=1, mini_batch_size=96, clip_coef=0.2, clip_vloss=False, norm_adv=True,
                   ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, unclipped=False,
@@ -243,8 +243,8 @@ def relu_policy(spec):
 ])
 def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(model_type, action_space, unclipped,
                                                                         weighted, activation, test_device):
-    from trainer import mlp_grad
-    from trainer.ppo import ppo_loss
+    from trainer.algos import ppo_fast as mlp_grad
+    from trainer.algos.ppo import ppo_loss
 
     spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (6,)), action_space)
     torch.manual_seed(0)
@@ -275,7 +275,7 @@ def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(model_ty
 
 def test_the_reference_loss_is_the_clipped_surrogate_value_loss_and_entropy_bonus():
     # One sample per case, worked out by hand: the ratio, the clip, the value loss, the entropy.
-    from trainer.ppo import ppo_loss
+    from trainer.algos.ppo import ppo_loss
 
     policy = discrete_policy(2)
     batch = minibatch_of(policy, 4, obs_size=5)
@@ -299,8 +299,8 @@ def test_the_reference_loss_is_the_clipped_surrogate_value_loss_and_entropy_bonu
 
 
 def test_the_written_out_gradient_only_for_networks_it_derives_from():
-    from trainer import mlp_grad
-    from trainer.ppo import Adam
+    from trainer.algos import ppo_fast as mlp_grad
+    from trainer.algos.ppo import Adam
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (5,)), gymnasium.spaces.Discrete(3))
     assert Adam(build_policy(spec)).written_out is not None
@@ -322,7 +322,7 @@ def test_the_written_out_gradient_only_for_networks_it_derives_from():
 
 def test_an_update_with_an_activation_outside_the_table_trains_through_autograd():
     # nn.Sigmoid has no written-out form: the update must still move the weights as autograd says.
-    from trainer.ppo import Adam, ppo_update
+    from trainer.algos.ppo import Adam, ppo_update
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3))
     torch.manual_seed(0)
@@ -337,7 +337,7 @@ def test_an_update_with_an_activation_outside_the_table_trains_through_autograd(
 
 
 def update_once(policy, optimizer):
-    from trainer.ppo import ppo_update
+    from trainer.algos.ppo import ppo_update
 
     batch = minibatch_of(policy, 96)
     return ppo_update(policy, optimizer, batch, settings_for(), 1e-3, torch.Generator().manual_seed(0))
@@ -347,7 +347,7 @@ def update_once(policy, optimizer):
 def test_module_zero_grad_is_refused_not_silently_ignored(action_space):
     # module.zero_grad() sets every .grad to None: the written-out gradient would write nowhere
     # (torch.mm(out=None)) and Adam would step on stale gradients.
-    from trainer.ppo import Adam, OptimizerError
+    from trainer.algos.ppo import Adam, OptimizerError
 
     policy = trained_looking(build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), action_space)))
     optimizer = Adam(policy)
@@ -359,7 +359,7 @@ def test_module_zero_grad_is_refused_not_silently_ignored(action_space):
 
 def test_moving_the_model_after_building_the_optimiser_is_refused(test_device):
     # .to() re-points every parameter at new storage: Adam would step a vector the model no longer reads.
-    from trainer.ppo import Adam, OptimizerError
+    from trainer.algos.ppo import Adam, OptimizerError
 
     policy = trained_looking(build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)),
                                                            gymnasium.spaces.Discrete(3))))
@@ -378,8 +378,8 @@ def test_moving_the_model_after_building_the_optimiser_is_refused(test_device):
 def test_update_settings_come_from_the_config_by_name():
     from dataclasses import fields
 
-    from trainer.config import load_config
-    from trainer.ppo import UpdateSettings
+    from trainer.config.defaults import load_config
+    from trainer.algos.ppo import UpdateSettings
 
     overrides = ["update_epochs=3", "num_envs=8", "num_steps=32", "mini_batch_size=64", "clip_coef=0.3",
                  "clip_vloss=true", "norm_adv=false", "ent_coef=0.02", "vf_coef=0.7", "max_grad_norm=0.9",

@@ -1,4 +1,4 @@
-"""The studio's entry point, trainer.process.run_training: events on a queue, errors as events,
+"""The studio's entry point, trainer.cluster.process.run_training: events on a queue, errors as events,
 always an `end`, and a stop event that ends the run cleanly."""
 import multiprocessing
 import queue as queue_module
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.process import run_training
+from trainer.cluster.process import run_training
 
 TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
         "total_timesteps": 8 * 16 * 3, "gif_interval": 0, "torch_threads": 1, "device": "cpu"}
@@ -87,7 +87,7 @@ def test_spawned_process_stops_on_the_stop_event(tmp_path):
 def test_process_module_does_not_import_ui_code():
     import subprocess
 
-    code = ("import sys, trainer.process, trainer.loop, trainer.checkpoint; "
+    code = ("import sys, trainer.cluster.process, trainer.run.loop, trainer.run.checkpoint; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('gradio', 'studio', 'tensorboard')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     completed = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],

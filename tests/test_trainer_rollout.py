@@ -2,8 +2,8 @@
 import torch
 
 from envs.cartpole import CartPoleVecEnv
-from trainer.models import build_policy, make_policy_spec
-from trainer.rollout import RolloutBuffer, collect_rollout, score_rollout
+from trainer.nets.models import build_policy, make_policy_spec
+from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
 
 
 def test_a_scored_rollout_holds_consistent_steps_pi_old_v_old_and_time_limit_bootstraps(test_device):

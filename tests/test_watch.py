@@ -8,10 +8,10 @@ import time
 import pytest
 
 from studio.watch import LivePlayer, WatchError, frame_html, stream_frames
-from trainer.checkpoint import atomic_save, read_checkpoint
-from trainer.config import config_from_dict
-from trainer.loop import train
-from trainer.run_dir import create_run_dir, write_config
+from trainer.run.checkpoint import atomic_save, read_checkpoint
+from trainer.config.keys import config_from_dict
+from trainer.run.loop import train
+from trainer.run.run_dir import create_run_dir, write_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -20,12 +20,12 @@ __all__ = ["PPO", "A2C", "load_model", "load_config", "train", "TrainConfig", "C
 _LOCATIONS = {
     "PPO": "trainer.api",
     "A2C": "trainer.api",
-    "load_model": "trainer.checkpoint",
-    "CheckpointError": "trainer.checkpoint",
-    "load_config": "trainer.config",
-    "TrainConfig": "trainer.config",
-    "ConfigError": "trainer.config",
-    "train": "trainer.loop",
+    "load_model": "trainer.run.checkpoint",
+    "CheckpointError": "trainer.run.checkpoint",
+    "load_config": "trainer.config.defaults",
+    "TrainConfig": "trainer.config.keys",
+    "ConfigError": "trainer.config.keys",
+    "train": "trainer.run.loop",
 }
 
 

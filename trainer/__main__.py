@@ -30,7 +30,7 @@ SUBCOMMANDS = """other commands (each has its own --help):
 
 
 def build_train_parser() -> argparse.ArgumentParser:
-    from trainer.metrics_server import METRICS_KEY_ENV
+    from trainer.serving.metrics_server import METRICS_KEY_ENV
 
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
@@ -95,9 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         import importlib  # each one's parser and command live beside the code it runs
 
         return importlib.import_module(f"trainer.{argv[0]}").command(argv[1:])
-    if argv and argv[0] in ("master", "worker", "_rank"):  # the elastic cluster: trainer/launch.py
-        from trainer import launch
-
+    if argv and argv[0] in ("master", "worker", "_rank"):  # the elastic cluster: trainer/cluster/launch.py
+        from trainer.cluster import launch
         return getattr(launch, f"{argv[0].lstrip('_')}_command")(argv[1:])
     if argv and argv[0] == "train":
         argv = argv[1:]
@@ -107,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 def evaluate_command(argv: list[str]) -> int:
     args = build_evaluate_parser().parse_args(argv)
     from envs.base import EnvError
-    from trainer.checkpoint import CheckpointError, load_model
-    from trainer.config import ConfigError
-    from trainer.evaluate import choose_env, evaluate
+    from trainer.run.checkpoint import CheckpointError, load_model
+    from trainer.config.keys import ConfigError
+    from trainer.serving.evaluate import choose_env, evaluate
 
     try:
         model = load_model(args.model, device=args.device)
@@ -127,27 +126,16 @@ def evaluate_command(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def shipped_config_file(given: str | Path | None) -> str | Path | None:
-    """`--config cartpole.yaml` from any folder: a bare file name that is not in the current
-    folder but is one of the shipped configs (configs/*.yaml, installed with the package) means
-    that one. The name is looked up in the folder's listing, never joined into a path."""
-    if given is None or Path(given).exists() or Path(given).name != str(given):
-        return given
-    from trainer.defaults import CONFIGS_DIR
-
-    shipped = {path.name: path for path in CONFIGS_DIR.glob("*.yaml")} if CONFIGS_DIR.is_dir() else {}
-    return shipped.get(str(given), given)
-
-
 def train_command(argv: list[str]) -> int:
     parser = build_train_parser()
     args = parser.parse_args(argv)
-    from trainer.config import ConfigError, load_config, require_code_permission
-    from trainer.preflight import check_run_fits, check_writable_folder
+    from trainer.config.keys import ConfigError, require_code_permission
+    from trainer.config.defaults import load_config
+    from trainer.config.preflight import check_run_fits, check_writable_folder
 
     if args.metrics_port is not None:  # before any folder is made: a refused start leaves nothing behind
-        from trainer.bind import PublicBindError
-        from trainer.metrics_server import check_metrics_bind
+        from trainer.serving.bind import PublicBindError
+        from trainer.serving.metrics_server import check_metrics_bind
 
         try:
             check_metrics_bind(args.metrics_host, args.metrics_key)
@@ -171,8 +159,10 @@ def train_command(argv: list[str]) -> int:
         print("error: give --config FILE.yaml (e.g. configs/cartpole.yaml), --set KEY=VALUE, or --resume RUN_DIR",
               file=sys.stderr)
         return EXIT_USAGE
+    from trainer.config.defaults import shipped_config_file
+    from trainer.run.resume import ResumeError, refuse_finished_run
+
     config_path = shipped_config_file(config_path)
-    from trainer.resume import ResumeError, refuse_finished_run
 
     try:
         config = load_config(config_path, args.overrides)
@@ -189,14 +179,14 @@ def train_command(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
 
-    from trainer.launch import launch_here, launched_by_elastic, ranks_wanted
+    from trainer.cluster.launch import launch_here, launched_by_elastic, ranks_wanted
 
     if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():
         return launch_here(config, args, ranks_wanted(config, args.nproc))
-    from trainer.distributed import continues_its_run, setup_distributed, shutdown_distributed
-    from trainer.loop import train
-    from trainer.run_dir import RunOwnedError, create_run_dir
-    from trainer.setup import device_type
+    from trainer.run.ranks import continues_its_run, setup_distributed, shutdown_distributed
+    from trainer.run.loop import train
+    from trainer.run.run_dir import RunOwnedError, create_run_dir
+    from trainer.run.setup import device_type
 
     context = setup_distributed(config.backend, device_type(config))
     is_main = context is None or context.is_main
@@ -211,7 +201,7 @@ def train_command(argv: list[str]) -> int:
 
     sinks = []
     if is_main and not args.quiet:
-        from trainer.events import LogSink, ProgressBarSink
+        from trainer.run.events import LogSink, ProgressBarSink
 
         if sys.stdout.isatty() and not args.no_progress:
             sinks.append(ProgressBarSink(total=config.total_timesteps, log_interval=config.log_interval))
@@ -219,7 +209,7 @@ def train_command(argv: list[str]) -> int:
             sinks.append(LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False))
     metrics_server = None
     if is_main and args.metrics_port is not None:
-        from trainer.metrics_server import serve_trainer_metrics
+        from trainer.serving.metrics_server import serve_trainer_metrics
 
         try:
             metrics_sink, metrics_server = serve_trainer_metrics(args.metrics_port, args.metrics_host, run_dir.parent,
@@ -228,7 +218,7 @@ def train_command(argv: list[str]) -> int:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_USAGE
         sinks.append(metrics_sink)
-    from trainer.signals import StopRequest
+    from trainer.cluster.signals import StopRequest
 
     stop = StopRequest()
     stop.install_signals()
@@ -244,7 +234,7 @@ def train_command(argv: list[str]) -> int:
         print("aborted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - reported as an event and in train.log already
-        from trainer.storage import failure_message
+        from trainer.run.storage import failure_message
 
         print(f"error: training failed: {failure_message(error, run_dir)} (details in {run_dir / 'train.log'})",
               file=sys.stderr)

@@ -7,9 +7,9 @@
     model = PPO.load("flappy.pth")
     action, _ = model.predict(obs, deterministic=True)
 
-Keyword arguments are the YAML keys (`trainer/config.py`, validated there); a built-in game
+Keyword arguments are the YAML keys (`trainer/config/keys.py`, validated there); a built-in game
 starts from its tuned `configs/<game>.yaml`, as in the studio, any other env from the defaults
-for its kind of actions (`trainer.defaults.untuned_defaults`). `env` is a name (built-in,
+for its kind of actions (`trainer.config.defaults.untuned_defaults`). `env` is a name (built-in,
 Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (vectorised as
 `vector_env` / `num_workers` say: in this process by default, the shared-memory worker pool
 with `num_workers` > 1, for which the callable is sent to the workers with cloudpickle), or a
@@ -28,14 +28,14 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.checkpoint import TrainedModel, atomic_save, read_checkpoint
-from trainer.config import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
+from trainer.run.checkpoint import TrainedModel, atomic_save, read_checkpoint
+from trainer.config.keys import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
                             require_code_permission)
-from trainer.defaults import shipped_config, untuned_defaults
-from trainer.events import EventBus, LogSink, ProgressBarSink
-from trainer.loop import TrainingSession, open_run_dir, report_failure
-from trainer.resume import checkpoint_payload, restore
-from trainer.run_dir import RunOwner, take_ownership
+from trainer.config.defaults import shipped_config, untuned_defaults
+from trainer.run.events import EventBus, LogSink, ProgressBarSink
+from trainer.run.loop import TrainingSession, open_run_dir, report_failure
+from trainer.run.resume import checkpoint_payload, restore
+from trainer.run.run_dir import RunOwner, take_ownership
 
 # callback(metrics event, model) -> False stops training; None / True go on
 Callback = Callable[[dict, "PPO"], "bool | None"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 # Generated tables: marker -> (module, the function that writes the table after it).
 GENERATED_TABLES = {
-    "<!-- config reference: generated from trainer/config.py -->": ("trainer.config", "reference_markdown"),
-    "<!-- untuned defaults: generated from trainer/defaults.py -->": ("trainer.defaults", "untuned_defaults_markdown"),
+    "<!-- config reference: generated from trainer/config/keys.py -->": ("trainer.config.keys", "reference_markdown"),
+    "<!-- untuned defaults: generated from trainer/config/defaults.py -->": ("trainer.config.defaults", "untuned_defaults_markdown"),
 }
 
 SECTIONS = ["_header.md", "studio.md", "trainer.md", "envs.md", "pool.md", "deploy_game.md", "cluster.md", "benchmarks.md", "operations.md", "_footer.md"]

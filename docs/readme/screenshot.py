@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_studio_helpers import CHROMIUM, CHROMIUM_ARGS, start_studio  # noqa: E402  (the tests' studio starter)
 
-from trainer.run_dir import atomic_write  # noqa: E402
+from trainer.run.run_dir import atomic_write  # noqa: E402
 
 STUDIO_MD = ROOT / "docs" / "readme" / "studio.md"
 IMAGE = ROOT / "assets" / "screenshot.png"

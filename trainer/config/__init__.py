@@ -1,0 +1,2 @@
+"""A run's settings: the key declarations, where a config starts from, checks, batching, safe YAML,
+code permissions and the preflight estimate."""

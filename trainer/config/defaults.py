@@ -1,0 +1,162 @@
+"""Where a config's settings start from, before the user's own: the tuned file of a built-in
+game (configs/<game>.yaml), or for any other env the defaults for its kind of actions
+(`UNTUNED_DEFAULTS`); keys neither gives keep their declared defaults (trainer/config/keys.py).
+
+    shipped_config("flappy_bird")          # configs/flappy_bird.yaml, as a TrainConfig
+    shipped_config("Pendulum-v1")          # the defaults for continuous actions
+    defaults_source("Pendulum-v1")         # "the defaults for continuous (Box) actions (no tuned config for Pendulum-v1)"
+
+The CLI (`load_config`), the Python API and the studio's form all go through these functions, so
+one env starts from the same settings everywhere.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from trainer.config.keys import (KEY_ALIASES, TrainConfig, config_from_dict, markdown_value, merge_settings, parse_override,
+                                 read_yaml_mapping)
+
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"  # the shipped, tuned configs
+
+
+def shipped_config_path(env_name: str) -> Path | None:
+    """configs/<game>.yaml for a built-in game (by its canonical name), else None. User text never
+    becomes part of a path: only the names the env registry knows do."""
+    from envs import builtin_env_names, resolve_env_name
+    from envs.base import EnvError
+
+    try:
+        canonical = resolve_env_name(env_name)
+    except EnvError:
+        return None
+    if canonical not in builtin_env_names():
+        return None
+    path = CONFIGS_DIR / f"{canonical}.yaml"
+    return path if path.is_file() else None
+
+
+def shipped_config(env_name: str, settings: dict | None = None) -> TrainConfig:
+    """The tuned config of a built-in game, else the defaults for the env's kind of actions
+    (`untuned_defaults`), for `env_name`, `settings` on top."""
+    path = shipped_config_path(env_name)
+    settings = merge_settings({"env_name": env_name}, settings or {})
+    if path is None:
+        return config_from_dict(with_untuned_defaults(settings))
+    return config_from_dict(merge_settings(read_yaml_mapping(path), settings))
+
+
+def defaults_source(env_name: str) -> str:
+    """Where `shipped_config(env_name)` takes its settings from, in words for a person: the
+    tuned file, or which defaults (the studio says it when the env changes)."""
+    path = shipped_config_path(env_name)
+    if path is not None:
+        return f"the tuned config configs/{path.name}"
+    kind = action_kind_of_env(env_name)
+    which = f"the defaults for {ACTION_KINDS[kind]}" if kind else "the defaults"
+    return f"{which} (no tuned config for {env_name})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults for an env without a tuned config, by its kind of actions: the one rule, read by
+# `load_config` (the CLI), `shipped_config` (the Python API, the studio's form and API) and the
+# API's env objects. A key a table leaves out keeps its declared default.
+
+ACTION_KINDS = {"discrete": "discrete actions", "continuous": "continuous (Box) actions"}
+UNTUNED_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The declared defaults: they learn CartPole and Acrobot through Gymnasium.
+    "discrete": {},
+    # The RL Zoo's tuned PPO for Pendulum-v1 (rl-baselines3-zoo hyperparams/ppo.yml, without
+    # gSDE), which also fit other small control tasks: few envs with long rollouts, many
+    # epochs, no entropy bonus (the Gaussian's state-independent log-std is learned),
+    # normalised observations and rewards. gamma 0.9 is short-sighted on purpose: torques pay
+    # off within a few steps; long-horizon tasks (locomotion) want 0.99.
+    "continuous": {"num_envs": 4, "num_steps": 1024, "update_epochs": 10, "learning_rate": 1e-3, "gamma": 0.9,
+                   "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.0, "norm_obs": True, "norm_reward": True},
+}
+
+
+def untuned_defaults(env: Any) -> dict[str, Any]:
+    """The settings an env without a tuned config starts from: `UNTUNED_DEFAULTS` for its kind of
+    actions ({} when that is unknown). `env`: an env name, or the env's single action space."""
+    kind = action_kind_of_env(env) if isinstance(env, str) else action_kind(env)
+    return dict(UNTUNED_DEFAULTS.get(kind or "", {}))
+
+
+def with_untuned_defaults(settings: dict) -> dict:
+    """`settings` over the untuned defaults of the env they name (the declared `env_name` default
+    when they name none). A config that gives every such key already is returned as it is,
+    without looking at the env (a run's config.yaml, a checkpoint's)."""
+    given = {KEY_ALIASES.get(str(name), str(name)) for name in settings}
+    if "batch_size" in given:
+        given.add("num_steps")
+    if all(name in given for table in UNTUNED_DEFAULTS.values() for name in table):
+        return settings
+    env_name = next((value for name, value in settings.items() if KEY_ALIASES.get(str(name), name) == "env_name"),
+                    TrainConfig.env_name)
+    return merge_settings(untuned_defaults(env_name), settings)
+
+
+def action_kind(action_space: Any) -> str | None:
+    """"discrete" (a gymnasium Discrete), "continuous" (a Box), None for anything else."""
+    return {"Discrete": "discrete", "Box": "continuous"}.get(type(action_space).__name__)
+
+
+@functools.lru_cache(maxsize=64)
+def action_kind_of_env(env_name: Any) -> str | None:
+    """The kind of actions of a built-in game or a registered Gymnasium id, found by building one
+    copy (cached). None for an entry point (`module:Class`: importing it needs the user's
+    permission, which is checked later) and for a name or env that does not build (the error is
+    reported when the run builds it)."""
+    from envs import make_vec_env, resolve_env_name
+    from envs.base import EnvError
+    from envs.registry import GYM_PREFIX
+
+    if not isinstance(env_name, str):
+        return None
+    try:
+        resolved = resolve_env_name(env_name)
+    except EnvError:
+        return None
+    if ":" in resolved.removeprefix(GYM_PREFIX):
+        return None
+    try:
+        env = make_vec_env(resolved, 1, "cpu", seed=0)
+    except Exception:  # noqa: BLE001 - a missing extra (box2d, ale) or a broken env: no defaults, the run says why
+        return None
+    try:
+        return action_kind(env.single_action_space)
+    finally:
+        env.close()
+
+
+
+
+def untuned_defaults_markdown() -> str:
+    """`UNTUNED_DEFAULTS` as a Markdown table (kind of actions, settings), for the README."""
+    lines = ["| actions | settings (every other key: its declared default) |", "|---|---|"]
+    for kind, table in UNTUNED_DEFAULTS.items():
+        settings = ", ".join(f"`{name}` {markdown_value(value)}" for name, value in table.items())
+        lines.append(f"| {ACTION_KINDS[kind]} | {settings or 'the declared defaults'} |")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML file (or start from the defaults when `path` is None), apply `key=value`
+    overrides (dotted keys reach into `checkpoint`), validate, and return a complete config.
+    Keys neither gives take the env's action-space defaults (`trainer.config.defaults.untuned_defaults`),
+    then the declared ones."""
+    raw = read_yaml_mapping(path) if path is not None else {}
+    settings = merge_settings(raw, dict(parse_override(text) for text in overrides or []))
+    return config_from_dict(with_untuned_defaults(settings))
+
+
+def shipped_config_file(given: str | Path | None) -> str | Path | None:
+    """`--config cartpole.yaml` from any folder: a bare file name that is not in the current
+    folder but is one of the shipped configs (configs/*.yaml, installed with the package) means
+    that one. The name is looked up in the folder's listing, never joined into a path."""
+    if given is None or Path(given).exists() or Path(given).name != str(given):
+        return given
+    shipped = {path.name: path for path in CONFIGS_DIR.glob("*.yaml")} if CONFIGS_DIR.is_dir() else {}
+    return shipped.get(str(given), given)

@@ -1,0 +1,424 @@
+"""The training loop: collect a rollout -> advantages -> PPO update -> metrics -> checkpoint / GIF,
+until `total_timesteps` or a stop signal.
+
+    from trainer.config.defaults import load_config
+    from trainer.run.loop import train
+    result = train(load_config("configs/cartpole.yaml"), "runs/my-run")
+    result.final_model        # runs/my-run/cartpole_ppo_final.pth
+
+`train` owns the run directory's files (config.yaml, metrics.jsonl, train.log, checkpoints,
+GIFs, the final model); `sinks` add more listeners (the studio's queue, the console, a progress
+bar). Any exception becomes an `error` event followed by `end` (status `failed`) and is raised
+again; a stop signal ends the run cleanly with a checkpoint and the final model.
+
+What the loop is built from lives beside it: device, threads, learning-rate scaling and the env
+in trainer/run/setup.py, every seed in trainer/run/seeding.py, checkpoint payloads and resuming in
+trainer/run/resume.py, the GIF schedule and budget in trainer/run/gif.py, merging across ranks in trainer/run/ranks.py.
+"""
+from __future__ import annotations
+
+import errno
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from trainer.run.checkpoint import (atomic_save, checkpoint_path, list_checkpoints, prune_checkpoints,
+                                record_checkpoint_return)
+from trainer.config.keys import TrainConfig, config_from_dict
+from trainer.run.ranks import DistributedContext, setup_distributed
+from trainer.run.events import EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, trim_events_after
+from trainer.run.gif import GifSchedule
+from trainer.nets.models import ActorCritic, build_policy
+from trainer.nets.normalization import RewardScaler
+from trainer.algos.ppo import Adam, UpdateSettings, compute_gae, ppo_update
+from trainer.run.resume import ResumeError, checkpoint_payload, model_payload, restore_across_ranks, restore_latest
+from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
+from trainer.run.run_dir import RunOwner, checkpoint_folder, final_model_path, holds_a_run, take_ownership, write_config
+from trainer.run.seeding import seeds
+from trainer.run.setup import (EnvFactory, config_env_factory, device_type, pick_device, policy_spec,
+                           scaled_learning_rate, set_threads)
+from trainer.run.storage import failure_message, storage_error
+
+# errno values of a failed write (a GIF that hits these stops the run; other GIF failures only turn GIFs off)
+WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
+
+__all__ = ["train", "TrainResult", "TrainingSession", "ResumeError"]
+
+
+@dataclass
+class TrainResult:
+    status: str                  # finished / stopped
+    step: int                    # environment steps done (all ranks)
+    run_dir: Path | None         # None for an in-memory session (the Python API's run_dir=None)
+    final_model: Path | None     # None on ranks other than 0, and in memory
+    last_metrics: dict | None    # the last metrics event
+    policy: ActorCritic          # the trained network (on the training device)
+
+
+def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink] | None = None,
+          should_stop: Callable[[], bool] | None = None, resume: bool = False,
+          preflight: bool = True) -> TrainResult:
+    """Train a policy as `config` says, writing everything into `run_dir`.
+
+    config: a TrainConfig or a dict of YAML keys; either is validated (a hand-built TrainConfig
+        with a bad value fails here, naming the key, not deep inside the rollout).
+    sinks: extra event listeners (callables taking an event dict).
+    should_stop: polled between updates; when it returns True the run saves a checkpoint and
+        the final model and ends with status `stopped`.
+    resume: continue from the newest checkpoint in the run directory.
+    preflight: first build the env once and check the run fits in memory
+        (trainer.config.preflight.check_run_fits), before the run folder is touched; False for a caller
+        that just did (the CLI). A ConfigError then leaves no folder and no file behind.
+    """
+    config = config_from_dict(config)
+    if preflight:
+        from trainer.config.preflight import check_run_fits
+
+        check_run_fits(config)
+    run_dir = Path(run_dir).resolve()
+    context = setup_distributed(config.backend, device_type(config))
+    is_main = context is None or context.is_main
+    bus = EventBus()
+    session: TrainingSession | None = None
+    owner: RunOwner | None = None  # one trainer per run folder (owner.json, trainer/run/run_dir.py)
+    try:
+        if is_main:
+            owner = take_ownership(run_dir)  # RunOwnedError names the live owner; nothing is written then
+            open_run_dir(bus, run_dir, config, resume)
+            bus.sinks += list(sinks or [])
+            if config.tensorboard:
+                attach_tensorboard(bus, run_dir)
+        session = TrainingSession(config, run_dir, bus, context)
+        if resume:
+            session.restore()
+        return session.run(should_stop or (lambda: False))
+    except BaseException as error:
+        report_failure(bus, error, session, run_dir)
+        raise
+    finally:
+        if session is not None:
+            session.close()
+        bus.close()
+        if owner is not None:
+            owner.release(run_dir)
+
+
+def open_run_dir(bus: EventBus, run_dir: Path, config: TrainConfig, resume: bool = False) -> None:
+    """Make (or reopen, to resume) a run directory and attach its file sinks, metrics.jsonl and
+    train.log. Refuses a directory that holds another run unless resuming."""
+    if not resume and holds_a_run(run_dir, config):
+        raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
+                          f"(--resume {run_dir}) or train into a new run directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    bus.sinks += [JsonlSink(run_dir / "metrics.jsonl"), LogSink(run_dir / "train.log", log_interval=config.log_interval)]
+
+
+def attach_tensorboard(bus: EventBus, run_dir: Path) -> None:
+    """TensorBoard scalars in <run_dir>/tensorboard (a warning, not a failure, without the package)."""
+    try:
+        bus.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
+    except ImportError:
+        bus.log("tensorboard: true, but the tensorboard package is not installed "
+                "(pip install tensorboard); continuing without TensorBoard logs", level="warning")
+
+
+def report_failure(bus: EventBus, error: BaseException, session: "TrainingSession | None",
+                   run_dir: Path | None = None) -> None:
+    """An `error` event (not for Ctrl-C; its message from trainer.run.storage.failure_message, which
+    names a full disk) and the `end` event of a run that did not finish."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    if not interrupted:
+        folder = run_dir if run_dir is not None else session.run_dir if session is not None else None
+        bus.emit_last("error", message=failure_message(error, folder), traceback=traceback.format_exc())
+    bus.emit_last("end", status="stopped" if interrupted else "failed",
+                  step=session.global_step if session else 0, final_model=None)
+
+
+class TrainingSession:
+    """One training run's state: env, policy, optimiser, rollout storage, counters.
+
+    run_dir None keeps everything in memory: no config, events, checkpoints, GIFs or final model
+    are written (the Python API's default). env_factory (num_envs, device, seed) -> VecEnv replaces
+    the config's env (the API's Gymnasium factories and VecEnv objects).
+    """
+
+    def __init__(self, config: TrainConfig, run_dir: Path | None, bus: EventBus,
+                 context: DistributedContext | None = None, env_factory: EnvFactory | None = None):
+        self.config = config
+        self.run_dir = run_dir
+        self.bus = bus
+        self.context = context
+        self.is_main = context is None or context.is_main
+        self.rank = context.rank if context else 0
+        self.world_size = context.world_size if context else 1
+        self.device = pick_device(config, context)
+        self.env = None
+        self.gif_recorder = None
+        set_threads(config, self.device, self.world_size)
+        self._pending_logs: list[str] = []    # said before the start event; emitted right after it
+        start = seeds(config.seed, self.rank)
+
+        torch.manual_seed(start.network)  # network initialisation: the same on every rank
+        make_env = env_factory or config_env_factory(config, log=self._pending_logs.append)
+        self.env = make_env(config.num_envs, self.device, start.env)
+        if env_factory is not None and getattr(self.env, "vectorization", None):
+            self._pending_logs.append(self.env.vectorization)  # the config's factory logs it itself
+        self.policy_spec = policy_spec(config, self.env)
+        self.policy = build_policy(self.policy_spec).to(self.device)
+        if context is not None:
+            context.broadcast_module_(self.policy)
+        self.optimizer = Adam(self.policy)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(start.sampling)
+        self.reward_scaler = RewardScaler(config.num_envs, config.gamma, self.device) if config.norm_reward else None
+        self.buffer = RolloutBuffer.allocate(config.num_steps, config.num_envs, tuple(self.policy_spec["obs_shape"]),
+                                             self.policy, self.device)
+        self.settings = UpdateSettings.from_config(config)
+        self.base_learning_rate, lr_message = scaled_learning_rate(config, self.world_size)
+        if lr_message:
+            self._pending_logs.append(lr_message)
+
+        self.steps_per_update = config.batch_size * self.world_size
+        self.num_updates = -(-config.total_timesteps // self.steps_per_update)
+        self.global_step = 0
+        self.update = 0
+        self.episodes = 0
+        self.elapsed_before = 0.0       # training seconds of earlier sessions (resumed runs, earlier learn())
+        self.session_started = time.perf_counter()
+        self.session_start_step = 0
+        self.resumed_from_step: int | None = None
+        self.last_metrics: dict | None = None
+        self.gif_schedule = GifSchedule(config.gif_interval, config.gif_max_frames, config.gif_time_fraction)
+        self.next_obs = self.env.reset(seed=start.env)
+        if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
+            self.policy.obs_normalizer.accumulate(self.next_obs)
+            self.policy.obs_normalizer.commit(self._reduce_sum)
+        if self.is_main and config.gif_interval and run_dir is not None:
+            from trainer.run.gif import GifRecorder
+
+            make_gif_env = env_factory or config_env_factory(config, in_process=True)
+            self.gif_recorder = GifRecorder(lambda: make_gif_env(1, "cpu", start.gif_env), self.policy_spec,
+                                            config.gif_max_frames)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], bool]) -> TrainResult:
+        """Train until `num_updates` (or a stop), then save the final model (when there is a run_dir)."""
+        config = self.config
+        self._emit_start()
+        self.session_started = time.perf_counter()
+        self.session_start_step = self.global_step
+        status = "finished"
+        last_checkpoint_update = self.update if self.resumed_from_step is not None else -1
+        while self.update < self.num_updates:
+            if self._stop_requested(should_stop):
+                status = "stopped"
+                self.bus.log(f"stop requested: saving at step {self.global_step}")
+                break
+            self.update += 1
+            statistics = self.train_one_update()        # collect -> advantages -> update
+            self.global_step += self.steps_per_update
+            self.emit_metrics(statistics)
+            if self._writes_files and self._checkpoint_due():
+                self.save_checkpoint()
+                last_checkpoint_update = self.update
+            if self.gif_recorder is not None and self.gif_schedule.due(time.perf_counter(), self.training_seconds(),
+                                                                       self._recent_episode_length()):
+                self.record_gif(self.training_seconds())
+        final_model = None
+        if self._writes_files:
+            if last_checkpoint_update != self.update:
+                self.save_checkpoint()
+            final_model = self.save_final_model()
+            if self.gif_recorder is not None and self.update > 0 and status == "finished":
+                self.record_gif(training_seconds=None)  # after training: it slows nothing
+        if self.is_main:
+            self.bus.emit("end", status=status, step=self.global_step,
+                          final_model=str(final_model) if final_model else None)
+        # Seconds of this session count as earlier time for a later run() (the API's learn() again).
+        self.elapsed_before = self.training_seconds()
+        self.session_started = time.perf_counter()
+        self.resumed_from_step = self.global_step
+        return TrainResult(status, self.global_step, self.run_dir, final_model, self.last_metrics, self.policy)
+
+    def train_one_update(self) -> dict:
+        """One update on fresh data: collect num_steps from every env, score it with the
+        current network, GAE, then the PPO / A2C epochs. Returns the loss statistics."""
+        config, buffer, policy = self.config, self.buffer, self.policy
+        learning_rate = self.learning_rate()
+        self.next_obs = collect_rollout(self.env, policy, buffer, self.next_obs, self.generator, self.reward_scaler)
+        score_rollout(policy, buffer, config.gamma)
+        with torch.no_grad():
+            last_value = policy.value(policy.normalize_obs(self.next_obs))
+        advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.dones, last_value,
+                                          config.gamma, config.gae_lambda)
+        if policy.obs_normalizer is not None:
+            policy.obs_normalizer.commit(self._reduce_sum)
+        if self.reward_scaler is not None:
+            self.reward_scaler.return_stats.commit(self._reduce_sum)
+        reduce_gradients = self.context.all_reduce_mean_ if self.context is not None else None
+        statistics = ppo_update(policy, self.optimizer, buffer.flatten(advantages, returns), self.settings,
+                                learning_rate, self.generator, reduce_gradients)
+        statistics["learning_rate"] = learning_rate
+        return statistics
+
+    def learning_rate(self) -> float:
+        """For the update about to run (self.update is 1-based): linear decay to 0 when anneal_lr."""
+        if not self.config.anneal_lr:
+            return self.base_learning_rate
+        return self.base_learning_rate * (1.0 - (self.update - 1) / self.num_updates)
+
+    def recount_updates(self) -> None:
+        """After a restore: the world size may have changed (an elastic re-formation), so the
+        steps still missing to `total_timesteps` decide how many updates remain."""
+        remaining = max(0, self.config.total_timesteps - self.global_step)
+        self.num_updates = self.update + -(-remaining // self.steps_per_update)
+
+    def extend(self, timesteps: int) -> None:
+        """Train `timesteps` more steps (rounded up to whole updates) on the next run()."""
+        self.num_updates = self.update + max(1, -(-int(timesteps) // self.steps_per_update))
+
+    def training_seconds(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.session_started
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _emit_start(self) -> None:
+        if not self.is_main:
+            return
+        if self._writes_files:
+            write_config(self.run_dir, self.config)
+        self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
+                      config=self.config.to_dict(), device=str(self.device),
+                      total_timesteps=self.global_step + (self.num_updates - self.update) * self.steps_per_update,
+                      resumed_from_step=self.resumed_from_step, world_size=self.world_size,
+                      num_updates=self.num_updates)
+        for message in self._pending_logs:
+            self.bus.log(message)
+        self._pending_logs.clear()
+
+    def emit_metrics(self, statistics: dict) -> dict:
+        """The metrics event of the update just done (episode numbers merged over all ranks)."""
+        summary = self.env.stats.drain()
+        totals = [summary.count, (summary.return_mean or 0.0) * summary.count,
+                  (summary.length_mean or 0.0) * summary.count, (summary.score_mean or 0.0) * summary.count]
+        recent = [summary.recent_return_mean, summary.recent_length_mean, summary.recent_score_mean]
+        if self.context is not None:
+            totals, recent = self.context.merge_episode_numbers(totals, recent, self.device)
+        count = int(round(totals[0]))
+        self.episodes += count
+        session_seconds = time.perf_counter() - self.session_started
+        steps_this_session = self.global_step - self.session_start_step
+
+        def mean(total: float) -> float | None:
+            return total / count if count else None
+
+        fields = dict(
+            step=self.global_step, update=self.update,
+            fps=steps_this_session / max(session_seconds, 1e-9),
+            elapsed=self.elapsed_before + session_seconds,
+            episodes=self.episodes,
+            episode_return_mean=mean(totals[1]), episode_length_mean=mean(totals[2]),
+            episode_score_mean=mean(totals[3]),
+            recent_return_mean=recent[0], recent_length_mean=recent[1], recent_score_mean=recent[2],
+            episode_return_max=summary.return_max, episode_score_max=summary.score_max,
+            episodes_this_update=count, total_timesteps=self.num_updates * self.steps_per_update,
+            final_update=self.update == self.num_updates,
+            **statistics)
+        if self.is_main:
+            self.last_metrics = self.bus.emit("metrics", **fields)
+        return fields
+
+    def _stop_requested(self, should_stop: Callable[[], bool]) -> bool:
+        requested = bool(should_stop()) if self.is_main else False
+        if self.context is not None:
+            requested = self.context.any_rank(requested, self.device)
+        return requested
+
+    def _reduce_sum(self, tensor: torch.Tensor) -> None:
+        if self.context is not None:
+            self.context.all_reduce_sum_(tensor)
+
+    @property
+    def _writes_files(self) -> bool:
+        return self.is_main and self.run_dir is not None
+
+    # -- GIFs -------------------------------------------------------------------------------------
+
+    def _recent_episode_length(self) -> float | None:
+        return (self.last_metrics or {}).get("recent_length_mean")
+
+    def record_gif(self, training_seconds: float | None) -> None:
+        """One rollout GIF now (GifSchedule says when); training_seconds None: after training."""
+        path = self.run_dir / "rollouts" / f"step_{self.global_step}.gif"
+        self.gif_schedule.started(time.perf_counter())
+        play_on = self.gif_schedule.play_on_seconds(training_seconds, self._recent_episode_length())
+        try:
+            result = self.gif_recorder.record(self.policy.state_dict(), path,
+                                              seed=seeds(self.config.seed, update=self.update).gif,
+                                              play_on_seconds=play_on)
+        except Exception as error:  # noqa: BLE001 - a GIF must never end a training run, except a full disk
+            if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
+                raise storage_error(path, error) from None  # the disk, not the GIF: checkpoints fail next
+            self.bus.log(f"rollout GIFs turned off: recording one failed with {type(error).__name__}: {error}",
+                         level="warning")
+            self.gif_recorder.close()
+            self.gif_recorder = None
+            return
+        self.gif_schedule.spent(result)
+        self.bus.emit("gif", step=self.global_step, **result.event_fields())
+
+    # -- saving and resuming (the payloads: trainer/run/resume.py) -------------------------------------
+
+    def _checkpoint_due(self) -> bool:
+        """Every `checkpoint.interval` updates, or `checkpoint.interval_seconds` after the last one."""
+        every, seconds = self.config.checkpoint.interval, self.config.checkpoint.interval_seconds
+        last = getattr(self, "_last_checkpoint_at", self.session_started)
+        return bool(every and self.update % every == 0) or bool(seconds and time.perf_counter() - last >= seconds)
+
+    def save_checkpoint(self) -> Path:
+        self._last_checkpoint_at = time.perf_counter()
+        folder = checkpoint_folder(self.run_dir, self.config)
+        path = atomic_save(checkpoint_payload(self), checkpoint_path(folder, self.global_step))
+        if self.config.checkpoint.keep_best:  # best.json: which checkpoint pruning spares however old
+            record_checkpoint_return(folder, self.global_step, (self.last_metrics or {}).get("recent_return_mean"))
+        prune_checkpoints(folder, self.config.checkpoint.keep, self.config.checkpoint.keep_best)
+        self.bus.emit("checkpoint", step=self.global_step, path=str(path))
+        return path
+
+    def save_final_model(self, path: str | Path | None = None) -> Path:
+        path = atomic_save(model_payload(self), path or final_model_path(self.run_dir, self.config))
+        self.bus.emit("model", step=self.global_step, path=str(path))
+        return path
+
+    def restore(self) -> None:
+        """Continue from the newest loadable checkpoint of this run; a run that died before its
+        first checkpoint starts again from step 0 in its own folder (nothing to lose)."""
+        folder = checkpoint_folder(self.run_dir, self.config)
+        if self.context is not None:  # the writer reads the disk; ranks on other machines get its checkpoint
+            return restore_across_ranks(self.context, self, folder)
+        if not list_checkpoints(folder):
+            if self.is_main:
+                dropped = trim_events_after(self.run_dir / "metrics.jsonl", 0)
+                self._pending_logs.append(f"no checkpoint to resume from (the run ended before its first one): "
+                                          f"training it again from step 0 in {self.run_dir}"
+                                          + (f" ({dropped} events of the earlier attempt dropped)" if dropped else ""))
+            return
+        path = restore_latest(self, folder)
+        self.recount_updates()
+        if self.is_main:
+            dropped = trim_events_after(self.run_dir / "metrics.jsonl", self.global_step)
+            self._pending_logs.append(f"resumed from {path} at step {self.global_step}" + (
+                f" ({dropped} events after it dropped from metrics.jsonl)" if dropped else ""))
+
+    def close(self) -> None:
+        if self.gif_recorder is not None:
+            self.gif_recorder.close()
+            self.gif_recorder = None
+        if self.env is not None:
+            self.env.close()
+            self.env = None

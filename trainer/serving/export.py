@@ -1,0 +1,226 @@
+"""ONNX export: a trained policy as a file any game engine can run, without PyTorch.
+
+    python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details] [--force]
+
+    from trainer.serving.export import export_onnx
+    export_onnx("runs/<run_id>/flappy_bird_ppo_final.pth", "agent.onnx")
+
+The model takes one input, `obs`: a float32 batch of *raw* observations (batch, *obs_shape),
+with a dynamic batch dimension. Observation normalisation (norm_obs) and the CNN's 0..255
+scaling are folded into the graph, so a game feeds what the env observes. Outputs:
+
+    action   discrete: int64 (batch,), the most likely action
+             continuous: float32 (batch, dim), the mean, clipped to the action bounds
+  with `with_details=True` also
+    probs    discrete: float32 (batch, n), pi(a|obs)     (sample from these for a stochastic agent)
+    mean     continuous: float32 (batch, dim), unclipped mean; `log_std` in the metadata
+    value    float32 (batch,), V(obs)
+
+The file's metadata (`onnx.ModelProto.metadata_props`) names the env the model was trained on
+and its env_kwargs (from the checkpoint's config), the observation shape, the action space, the
+training step and the output names, so a program can check it is feeding the right game. The
+CLI refuses to replace an existing file or symbolic link at the output path without --force. `onnx` and `onnxruntime` are optional extras
+(`pip install -r requirements-export.txt`); the studio and trainer run without them.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from trainer.run.checkpoint import TrainedModel, load_model
+from trainer.nets.normalization import CLIP, EPSILON
+from trainer.run.run_dir import atomic_write, find_final_model, latest_checkpoint_path
+
+# 17 is run by every onnxruntime since 1.14 (2023) and by the engines' ONNX plugins
+# (Unity Sentis / Barracuda, Unreal NNE) that lag behind the newest opsets.
+OPSET = 17
+INSTALL_HINT = "pip install -r requirements-export.txt  (onnx and onnxruntime)"
+
+
+class ExportError(Exception):
+    """The model cannot be exported (or the export tools are missing); the message says why."""
+
+
+def resolve_model_path(run_or_pth: str | Path) -> Path:
+    """A .pth file as it is; a run folder -> its final model, else its newest checkpoint."""
+    path = Path(run_or_pth)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        found = find_final_model(path)
+        if found is None:
+            try:
+                found = latest_checkpoint_path(path)
+            except Exception:  # noqa: BLE001 - no readable config.yaml: treated as "no model"
+                found = None
+        if found is None:
+            raise ExportError(f"{path} has no final model (*_final.pth) and no checkpoint yet; train it "
+                              f"further or pass a .pth file")
+        return found
+    raise ExportError(f"{path}: no such file or run folder; pass a .pth written by the trainer or a run folder")
+
+
+class ExportablePolicy(nn.Module):
+    """raw observations -> action (and probs / mean and value): the graph that is exported.
+
+    The normalisation is the trainer's (`RunningMeanStd.normalize`) with its statistics turned
+    into float32 constants; the networks are the policy's own modules."""
+
+    def __init__(self, model: TrainedModel, with_details: bool = False):
+        super().__init__()
+        self.policy = copy.deepcopy(model.policy).cpu()  # the caller's model stays where it is
+        self.with_details = with_details
+        normalizer = self.policy.obs_normalizer
+        self.normalize = normalizer is not None
+        if normalizer is not None:
+            self.register_buffer("shift", normalizer.mean.float().clone())
+            self.register_buffer("scale", (normalizer.var + EPSILON).rsqrt().float())
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, ...]:
+        if self.normalize:
+            obs = ((obs - self.shift) * self.scale).clamp(-CLIP, CLIP)
+        policy = self.policy
+        actor_input, critic_input = policy._features(obs)
+        head = policy.actor(actor_input)
+        if policy.discrete:
+            action = head.argmax(-1)
+            detail = head.softmax(-1)
+        else:
+            action = policy.env_action(head)
+            detail = head
+        if not self.with_details:
+            return (action,)
+        return action, detail, policy.critic(critic_input).squeeze(-1)
+
+
+def output_names(model: TrainedModel, with_details: bool) -> list[str]:
+    if not with_details:
+        return ["action"]
+    return ["action", "probs" if model.policy.discrete else "mean", "value"]
+
+
+def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
+    """What the .onnx file says about itself (strings, as ONNX metadata must be). The env is the
+    one the model was trained on, as its checkpoint's config names it, with its options."""
+    config = model.config or {}
+    metadata = {
+        "producer": "rl-studio",
+        "env_name": str(config.get("env_name") or "unknown"),
+        "env_kwargs": json.dumps(config.get("env_kwargs") or {}, sort_keys=True, default=str),
+        "model_type": str(model.spec["model_type"]),
+        "obs_shape": json.dumps(list(model.observation_shape)),
+        "action_space": json.dumps(model.spec["action"]),
+        "global_step": str(model.global_step),
+        "outputs": json.dumps(output_names(model, with_details)),
+        "norm_obs_folded_in": str(bool(model.spec.get("norm_obs"))).lower(),
+    }
+    if not model.policy.discrete:
+        metadata["log_std"] = json.dumps([float(x) for x in model.policy.log_std.detach().cpu()])
+    return metadata
+
+
+def onnx_bytes(model: TrainedModel, with_details: bool = False) -> bytes:
+    """The serialised ONNX model (checked by onnx.checker), with its metadata."""
+    try:
+        import onnx
+    except ImportError:
+        raise ExportError(f"ONNX export needs the optional onnx package: {INSTALL_HINT}") from None
+    wrapper = ExportablePolicy(model, with_details).eval()
+    example = torch.zeros((2, *model.observation_shape), dtype=torch.float32)
+    names = output_names(model, with_details)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        # The TorchScript exporter: the torch.export one needs onnxscript, one more dependency,
+        # and these graphs (no control flow) come out the same.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapper, (example,), buffer, dynamo=False, opset_version=OPSET,
+                          input_names=["obs"], output_names=names,
+                          dynamic_axes={"obs": {0: "batch"}, **{name: {0: "batch"} for name in names}})
+    proto = onnx.load_from_string(buffer.getvalue())
+    for key, value in model_metadata(model, with_details).items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
+    proto.doc_string = (f"RL Studio policy for {model.env_name}: input obs float32 (batch, "
+                        f"{', '.join(map(str, model.observation_shape))}) raw observations; outputs {', '.join(names)}")
+    onnx.checker.check_model(proto)
+    return proto.SerializeToString()
+
+
+def check_out_path(out_path: Path, overwrite: bool) -> None:
+    """ExportError for an output path that is a folder, or (unless `overwrite`) that already holds
+    a file or a symbolic link (a dangling one too): an export never replaces what it was not
+    told to. Replacing is atomic_write's os.replace, which swaps the link itself, never its target."""
+    if out_path.suffix.lower() != ".onnx":
+        raise ExportError(f"--onnx {out_path}: the file name must end in .onnx")
+    if out_path.is_dir() and not out_path.is_symlink():
+        raise ExportError(f"--onnx {out_path} is a folder; give a file name such as {out_path / 'agent.onnx'}")
+    if not overwrite and os.path.lexists(out_path):
+        what = ("a symbolic link (--force replaces the link itself, never what it points to)"
+                if out_path.is_symlink() else "a file")
+        raise ExportError(f"--onnx {out_path}: there is {what} at this path already; pass --force to replace it, "
+                          f"or choose another name")
+
+
+def export_onnx(run_or_pth: str | Path | TrainedModel, out_path: str | Path, with_details: bool = False,
+                overwrite: bool = True) -> Path:
+    """Write the policy of a .pth (or a run folder's newest model) as ONNX to `out_path`, atomically
+    (a temporary file in the same folder, then os.replace). overwrite=False (the CLI without
+    --force) refuses an existing file or symbolic link at `out_path`."""
+    model = run_or_pth if isinstance(run_or_pth, TrainedModel) else load_model(resolve_model_path(run_or_pth))
+    out_path = Path(out_path)
+    check_out_path(out_path, overwrite)
+    data = onnx_bytes(model, with_details)
+    check_out_path(out_path, overwrite)  # again: the export took a moment
+    return atomic_write(out_path, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m trainer export
+
+
+def model_parser(prog: str, description: str):
+    """A subcommand parser whose first argument is a model (.pth or run folder, see resolve_model_path)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("model", help="a .pth written by the trainer, or a run folder (its final model, else "
+                                      "its newest checkpoint)")
+    return parser
+
+
+def build_parser():
+    parser = model_parser("python -m trainer export", "Write a trained policy as an ONNX model (raw observations "
+                                                      "in, actions out; observation normalisation folded in).")
+    parser.add_argument("--onnx", required=True, metavar="OUT.onnx", help="where to write the ONNX model")
+    parser.add_argument("--with-details", action="store_true",
+                        help="also output action probabilities (discrete) or means (continuous) and the value")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a file or symbolic link already at OUT.onnx (the link itself is replaced, "
+                             "atomically; what it points to is never written)")
+    return parser
+
+
+def command(argv: list[str]) -> int:
+    """The `export` subcommand: 0 on success, 2 with a message on stderr otherwise."""
+    import sys
+
+    from trainer.run.checkpoint import CheckpointError
+
+    args = build_parser().parse_args(argv)
+    try:
+        model = load_model(resolve_model_path(args.model))
+        path = export_onnx(model, args.onnx, with_details=args.with_details, overwrite=args.force)
+    except (ExportError, CheckpointError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    names = ", ".join(output_names(model, args.with_details))
+    print(f"wrote {path}: input obs float32 (batch, {', '.join(map(str, model.observation_shape))}) raw "
+          f"observations -> {names}; env {model.env_name}, step {model.global_step}")
+    return 0
