@@ -3,7 +3,7 @@
     python app.py                        # http://127.0.0.1:7860
     python app.py --host 0.0.0.0 --auth alice:secret --runs-dir /data/runs
 
-Flags are documented in docs/readme/studio.md and by `python app.py --help`.
+Flags are documented in docs/studio.md and by `python app.py --help`.
 """
 
 from __future__ import annotations

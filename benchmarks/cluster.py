@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from trainer.run.layout import events_path
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "cluster.json"
 QUIET = ["--set", "gif_interval=0", "--set", "device=cpu", "--set", "backend=gloo", "--set", "log_interval=1000"]
@@ -62,14 +64,14 @@ def train_until(config: str, nproc: int, seconds: float, stop=None, extra: list[
         try:
             while time.time() < deadline and process.poll() is None:
                 time.sleep(1.0)
-                events = _metrics(run_dir / "metrics.jsonl")
+                events = _metrics(events_path(run_dir))
                 if stop is not None and stop(events):
                     break
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        return _metrics(run_dir / "metrics.jsonl")
+        return _metrics(events_path(run_dir))
 
 
 def steady_steps_per_second(events: list[dict]) -> float | None:
@@ -87,7 +89,7 @@ def steady_steps_per_second(events: list[dict]) -> float | None:
 def _flat_gradient_size(config_path: str) -> tuple[int, int, int]:
     """(parameters of the config's network, gradient steps per update, samples per update)."""
     from trainer.config.defaults import load_config
-    from trainer.nets.models import build_policy
+    from trainer.nets.policies import build_policy
     from trainer.run.setup import make_training_env, policy_spec
 
     config = load_config(config_path, ["device=cpu"])
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         model[str(n)] = cells
         print(f"| {n} | " + " | ".join(f"{cell:.2f}x" for cell in cells) + " |")
     results["model_speedup"] = model
-    from trainer.run.run_dir import atomic_write
+    from trainer.run.files import atomic_write
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(RESULTS, json.dumps(results, indent=1))

@@ -52,7 +52,7 @@ def run_measurement(kind: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    from trainer.run.run_dir import atomic_write  # the project's one atomic write
+    from trainer.run.files import atomic_write  # the project's one atomic write
 
     atomic_write(path, json.dumps(data, indent=1))
 

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     measurements = run(args)
     if args.json:
-        from trainer.run.run_dir import atomic_write
+        from trainer.run.files import atomic_write
 
         atomic_write(args.json, json.dumps([asdict(m) for m in measurements], indent=2))
     return 0

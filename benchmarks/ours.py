@@ -23,7 +23,7 @@ NO_SIDE_OUTPUTS = ["gif_interval=0", "checkpoint.interval=0"]
 def shipped_settings(config_path: str | Path) -> dict[str, Any]:
     """num_envs / num_steps / epochs / minibatch / net of a shipped config, for the peer to copy."""
     from trainer.config.defaults import load_config
-    from trainer.nets.models import MLP_HIDDEN_SIZES
+    from trainer.nets.spec import MLP_HIDDEN_SIZES
 
     config = load_config(config_path)
     return {"num_envs": config.num_envs, "num_steps": config.num_steps, "epochs": config.update_epochs,
@@ -34,7 +34,7 @@ def shipped_settings(config_path: str | Path) -> dict[str, Any]:
 
 def settings_overrides(settings: dict[str, Any]) -> list[str]:
     """Config overrides that give the trainer exactly these rollout / update / network settings."""
-    from trainer.nets.models import MLP_HIDDEN_SIZES
+    from trainer.nets.spec import MLP_HIDDEN_SIZES
 
     if list(settings["hidden_sizes"]) != list(MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]):
         raise ValueError(f"the benchmark network is {MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]} "
@@ -180,6 +180,7 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
     """
     import torch
 
+    import trainer.algos.ppo as ppo
     import trainer.run.loop as loop
     from trainer.run.events import EventBus
 
@@ -188,9 +189,9 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
     with tempfile.TemporaryDirectory(prefix="rl_studio_bench_ceiling_") as run_dir:
         session = loop.TrainingSession(config, Path(run_dir), EventBus(), None)
         try:
-            _fill_with_random_rollout(session.buffer, session.policy, seed)
-            original_collect = loop.collect_rollout
-            loop.collect_rollout = lambda env, policy, buffer, next_obs, *rest: next_obs  # no env
+            _fill_with_random_rollout(session.algorithm.buffer, session.policy, seed)
+            original_collect = ppo.collect_rollout
+            ppo.collect_rollout = lambda env, policy, buffer, next_obs, *rest: next_obs  # no env
             try:
                 session.update = 1
                 session.train_one_update()  # warm-up
@@ -206,7 +207,7 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
                     torch.cuda.synchronize()
                 seconds = time.perf_counter() - start
             finally:
-                loop.collect_rollout = original_collect
+                ppo.collect_rollout = original_collect
         finally:
             session.close()
     steps = updates * config.batch_size

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from trainer.run.run_dir import atomic_write  # noqa: E402
+from trainer.run.files import atomic_write  # noqa: E402
 
 OURS_COLOR, SB3_COLOR, GYM_COLOR = "#d62728", "#1f77b4", "#ff7f0e"
 

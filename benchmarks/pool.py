@@ -256,10 +256,10 @@ def ppo_phases(kind: str, env: str, num_envs: int, rollouts: int) -> dict[str, f
 
         phases = _timed(SB3PPO, {"collect_rollouts": "collect", "train": "learn"}, seconds)
     else:
-        import trainer.run.loop
+        import trainer.algos.ppo  # PPO.collect and .update call these through the module
 
-        phases = _timed(trainer.run.loop, {"collect_rollout": "collect", "score_rollout": "learn",
-                                       "ppo_update": "learn"}, seconds)
+        phases = _timed(trainer.algos.ppo, {"collect_rollout": "collect", "score_rollout": "learn",
+                                            "ppo_update": "learn"}, seconds)
     with phases:
         rate = ppo_steps_per_second(kind, env, num_envs, rollouts)
     vector_steps = rollouts * PPO_SETTINGS["num_steps"]

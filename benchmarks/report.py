@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.run.run_dir import atomic_write
+from trainer.run.files import atomic_write
 
 # Issue 5's goals on the 2-core CPU.
 GOAL_IDENTICAL_SETTINGS_RATIO = 2.0      # ours / SB3 steps per second, same settings

@@ -37,15 +37,18 @@ def untrained_model(folder: Path) -> Path:
     import gymnasium
     import torch
 
+    from trainer.nets.policies import build_policy
+    from trainer.nets.spec import make_policy_spec
     from trainer.run.checkpoint import atomic_save
-    from trainer.nets.models import build_policy, make_policy_spec
+    from trainer.run.layout import final_model_path
 
+    config = {"env_name": "flappy_bird", "algo": "ppo"}
     spec = make_policy_spec("ppo-medium", gymnasium.spaces.Box(-2, 2, (8,)), gymnasium.spaces.Discrete(2))
     torch.manual_seed(0)
     return atomic_save({"format": "rl-studio", "format_version": 1, "kind": "model", "policy_spec": spec,
                         "policy_state": build_policy(spec).state_dict(),
-                        "config": {"env_name": "flappy_bird", "algo": "ppo"}, "global_step": 0},
-                       folder / "flappy_bird_ppo_final.pth")
+                        "config": config, "global_step": 0},
+                       final_model_path(folder, config))  # where a run keeps it
 
 
 def start_server(model: Path, batching: bool) -> tuple[subprocess.Popen, int]:

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from trainer.cluster.launch import free_port  # noqa: E402  (after the path: the script runs from any folder)
+from trainer.run.layout import events_path, log_path  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -47,12 +48,12 @@ ENV = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", SDL
 def training_speed(run_dir: Path) -> tuple[float, int, float]:
     """(steps per second of training, steps, training seconds) from the run's last metrics event."""
     last = None
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for line in events_path(run_dir).read_text().splitlines():
         event = json.loads(line)
         if event.get("type") == "metrics":
             last = event
     if last is None:
-        raise RuntimeError(f"{run_dir} has no metrics: the run failed? See {run_dir / 'train.log'}")
+        raise RuntimeError(f"{run_dir} has no metrics: the run failed? See {log_path(run_dir)}")
     return last["step"] / last["elapsed"], last["step"], last["elapsed"]
 
 

@@ -26,13 +26,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from trainer.run.layout import events_path  # noqa: E402  (after the path: the script runs from any folder)
+
 
 def train_speed(config: str, total: int, run_dir: Path) -> float:
     subprocess.run([sys.executable, "-m", "trainer", "--config", config, "--run-dir", str(run_dir), "-q",
                     "--set", f"total_timesteps={total}", "--set", "gif_interval=0", "--set", "device=cpu",
                     "--set", "checkpoint.interval=0"], cwd=REPO, check=True,
                    env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in events_path(run_dir).read_text().splitlines()]
     last = [row for row in rows if row.get("type") == "metrics"][-1]
     return last["step"] / last["elapsed"]
 

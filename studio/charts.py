@@ -26,30 +26,25 @@ from typing import Sequence
 import numpy as np
 
 from studio.score import GameScore, game_name, game_score
+from trainer.config.metrics import chart_metrics
 
 MAX_POINTS_PER_CURVE = 1500     # per trace of the main chart
 MAX_POINTS_DIAGNOSTIC = 400      # per trace of the small charts (a few hundred pixels wide)
 SMOOTHING_WEIGHT = 0.8
 MAX_SMOOTHING = 0.99
-# What the main chart can show: the game score, the return, the episode length.
-CHART_METRICS = ("score", "return", "length")
+# What the main chart can show ("score", "return", "length"): menu word -> (metrics field, title),
+# from the metric registry (trainer/config/metrics.py). The score's field depends on the game.
+MAIN_CHART: dict[str, tuple[str, str]] = {chart.option: (name, chart.label)
+                                          for name, chart in chart_metrics("main") if chart.option}
+CHART_METRICS = tuple(MAIN_CHART)
 CHART_X_AXES = ("steps", "time")  # time: training seconds (`elapsed`, continuous over resumes)
 PALETTE = (
     "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c",
     "#0891b2", "#ca8a04", "#db2777", "#4b5563", "#65a30d",
 )
-# (metrics key, subplot title) for the small charts under the main chart (which shows the score,
-# the return or the length: the length stays here, the one episode measure every env has).
-DIAGNOSTICS = (
-    ("episode_length_mean", "Episode length"),
-    ("explained_variance", "Explained variance"),
-    ("policy_loss", "Policy loss"),
-    ("value_loss", "Value loss"),
-    ("entropy", "Entropy"),
-    ("approx_kl", "Approx. KL"),
-    ("fps", "Steps / s"),
-    ("clip_fraction", "Clip fraction"),
-)
+# (metrics key, subplot title) of the small charts under the main chart, from the metric registry.
+# The episode length is one of them too: the one episode measure every env has.
+DIAGNOSTICS = tuple((name, chart.label) for name, chart in chart_metrics("diagnostics"))
 DIAGNOSTIC_COLUMNS = 4
 WAITING_TEXT = "Waiting for the first update…"
 # Machine samples further apart than this many times their usual spacing are a gap (nobody was
@@ -371,7 +366,7 @@ def _x_axis(sources: Sequence[CurveSource], x: str) -> tuple[str, float, str]:
 
 
 def _metric_key(metric: str, score: GameScore) -> str:
-    return {"score": score.key, "return": "episode_return_mean", "length": "episode_length_mean"}[metric]
+    return score.key if metric == "score" else MAIN_CHART[metric][0]
 
 
 def _metric_word(metric: str, score: GameScore) -> str:
@@ -381,9 +376,9 @@ def _metric_word(metric: str, score: GameScore) -> str:
 
 def _metric_title(metric: str, score: GameScore | None) -> str:
     """"Game score (pipes)", "Episode return", "Episode length"; "Game score" for no game in particular."""
-    if metric == "score":
-        return score.title if score is not None else "Game score"
-    return {"return": "Episode return", "length": "Episode length"}[metric]
+    if metric == "score" and score is not None:
+        return score.title
+    return MAIN_CHART[metric][1]
 
 
 def _axis_title(metric: str, score: GameScore) -> str:

@@ -2,7 +2,9 @@
 
 `FORM_FIELDS` lists every `TrainConfig` key the web form edits, in display order; `NOT_IN_FORM`
 names the others and why. A test checks the two together cover every TrainConfig key, so a
-new trainer option cannot silently go missing from the studio.
+new trainer option cannot silently go missing from the studio. An algorithm's own keys (those of
+the algorithms registered when this module is imported) are shown only while it is chosen
+(`visible_fields`), and only the chosen one's go into the config.
 
 Nothing here imports gradio: `studio.ui` turns each FormField into a component.
 """
@@ -28,6 +30,7 @@ from trainer.config.keys import (
 )
 from trainer.config.defaults import shipped_config
 from trainer.config.safe_yaml import YamlError, load_yaml_text
+from trainer.run.layout import CHECKPOINTS_DIR
 
 VECTOR_ENV_DEFAULT = "default"
 
@@ -42,10 +45,15 @@ class FormField:
     help: str
     choices: tuple[str, ...] = ()
     optional: bool = False  # an empty box means "not set" (null)
+    algos: tuple[str, ...] = ()  # an algorithm's own key: shown while one of these is chosen (empty: always)
+    default: Any = None
 
     @property
     def basic(self) -> bool:
         return self.group == BASIC
+
+    def shown_for(self, algo: Any) -> bool:
+        return not self.algos or algo in self.algos
 
     @classmethod
     def of(cls, declared: DeclaredKey) -> "FormField":
@@ -56,7 +64,8 @@ class FormField:
         text = declared.help.replace("`", "")
         if check.optional and check.kind in ("int", "float"):
             text += " (0: not set)"
-        return cls(declared.name, check.kind, declared.group, text, choices, check.optional)
+        return cls(declared.name, check.kind, declared.group, text, choices, check.optional, declared.algos,
+                   declared.default)
 
 
 # The form shows the keys group by group, in the order STUDIO_GROUPS lists the groups.
@@ -65,6 +74,11 @@ FORM_FIELDS = tuple(sorted((FormField.of(declared) for declared in declared_keys
 BASIC_FIELDS = tuple(form_field for form_field in FORM_FIELDS if form_field.basic)
 ADVANCED_FIELDS = tuple(form_field for form_field in FORM_FIELDS if not form_field.basic)
 NOT_IN_FORM = {declared.name: declared.studio_note for declared in declared_keys() if declared.studio_note}
+
+
+def visible_fields(algo: Any) -> list[bool]:
+    """Whether each FORM_FIELDS control shows while `algo` is chosen (the algorithm's own keys only for it)."""
+    return [form_field.shown_for(algo) for form_field in FORM_FIELDS]
 
 
 def advanced_groups() -> list[tuple[str, list[FormField]]]:
@@ -90,6 +104,8 @@ def form_values(config: dict) -> list[Any]:
     values = []
     for form_field in FORM_FIELDS:
         value = _get(config, form_field.key)
+        if form_field.algos and not form_field.shown_for(config.get("algo")):
+            value = form_field.default  # another algorithm's key: its default, should that one be chosen
         if form_field.optional and form_field.kind in ("int", "float") and value is None:
             value = 0
         elif form_field.key == "vector_env":
@@ -120,11 +136,16 @@ def _parse_yaml_field(key: str, text: Any) -> Any:
 
 
 def raw_config_from_form(values: Sequence[Any]) -> dict:
-    """Form control values (in FORM_FIELDS order) -> a raw config dict for `config_from_dict`."""
+    """Form control values (in FORM_FIELDS order) -> a raw config dict for `config_from_dict`; the
+    keys of algorithms other than the chosen one (hidden) are left out."""
     if len(values) != len(FORM_FIELDS):
         raise FormError(f"expected {len(FORM_FIELDS)} form values, got {len(values)}")
     raw: dict = {}
+    algo = dict(zip((form_field.key for form_field in FORM_FIELDS), values)).get("algo")
+    algo = algo.strip().lower() if isinstance(algo, str) else algo
     for form_field, value in zip(FORM_FIELDS, values):
+        if not form_field.shown_for(algo):
+            continue
         if form_field.kind == "yaml":
             value = _parse_yaml_field(form_field.key, value)
         elif form_field.key == "vector_env" and value == VECTOR_ENV_DEFAULT:
@@ -157,7 +178,7 @@ def check_web_safety(raw: dict, allow_custom_envs: bool) -> None:
     except CodePermissionError as error:
         raise FormError(str(error)) from None
     checkpoint = raw.get("checkpoint")
-    if isinstance(checkpoint, dict) and checkpoint.get("path") not in (None, "", "checkpoints"):
+    if isinstance(checkpoint, dict) and checkpoint.get("path") not in (None, "", CHECKPOINTS_DIR):
         raise FormError(
             "checkpoint.path cannot be set from the studio: checkpoints always go to the run "
             "folder's checkpoints/ (use the CLI for other locations)."
@@ -196,5 +217,5 @@ def yaml_from_config(config: TrainConfig) -> str:
 __all__ = [
     "advanced_groups", "ADVANCED_FIELDS", "BASIC_FIELDS", "FORM_FIELDS", "NOT_IN_FORM", "ConfigError", "FormError",
     "FormField", "check_web_safety", "config_from_yaml_text", "form_values", "raw_config_from_form",
-    "tuned_config", "validated_config", "yaml_from_config",
+    "tuned_config", "validated_config", "visible_fields", "yaml_from_config",
 ]

@@ -3,7 +3,7 @@ reads those events from the run folder's metrics.jsonl.
 
 Every run is followed the same way, whether this studio started it or found it on disk (an
 earlier studio, the CLI): the follower reads only the lines metrics.jsonl gained since its last
-look, and the run's state comes from one rule (`trainer.run.run_dir.run_status`) fed with its events
+look, and the run's state comes from one rule (`trainer.run.status.run_status`) fed with its events
 and with whether its owner process lives. Readers call `snapshot()` and get a consistent copy,
 so a browser session never sees a half-applied event.
 
@@ -20,11 +20,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from trainer.run.run_dir import (NOTES_FILE, RunNotes, events_path, find_final_model, latest_checkpoint_path,
-                             read_config, read_run_notes, run_status)
+from studio.snapshot import (  # noqa: F401 - RESUMABLE_STATUSES re-exported: the studio's names for a run
+    ACTIVE_STATUSES,
+    RESUMABLE_STATUSES,
+    GifInfo,
+    RunSnapshot,
+    as_bool,
+    as_float,
+    as_int,
+)
+from trainer.run.layout import NOTES_FILE, events_path, find_final_model, latest_checkpoint_path, read_config
+from trainer.run.notes import RunNotes, read_run_notes
+from trainer.run.status import run_status
 
-ACTIVE_STATUSES = ("starting", "running", "stopping")
-RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
 LOG_TAIL_LINES = 400
 # Metrics points a run keeps in memory (a multi-hour run logs ~10 KB per update): every point up
 # to the cap, then every 2nd, 4th, ... (the last one always exact). metrics.jsonl keeps them all.
@@ -32,17 +40,6 @@ MAX_METRIC_POINTS = 2000
 TRACEBACK_TAIL_LINES = 15
 INTERRUPTED_MESSAGE = ("This run ended without an end event (its trainer was killed, or the machine stopped). "
                        "Resume continues from the last checkpoint.")
-
-
-@dataclass(frozen=True)
-class GifInfo:
-    path: str
-    step: int
-    episode_return: float | None
-    episode_score: float | None
-    steps_shown: int | None = None     # what the GIF shows of its episode (None: a run from before they were
-    episode_steps: int | None = None   # recorded); see the gif event in trainer/run/events.py
-    episode_ended: bool | None = None
 
 
 @dataclass
@@ -94,7 +91,7 @@ class RunState:
         if not isinstance(event, dict):
             return
         with self.lock:
-            event_time = _as_float(event.get("time")) or time.time()
+            event_time = as_float(event.get("time")) or time.time()
             handler = _EVENT_HANDLERS.get(event.get("type"))
             if handler is not None:
                 handler(self, event, event_time)
@@ -149,14 +146,14 @@ class RunState:
         if isinstance(event.get("config"), dict):
             self.config = event["config"]
         self.device = event.get("device") or self.device
-        self.total_timesteps = _as_int(event.get("total_timesteps")) or self.total_timesteps
-        resumed_from = _as_int(event.get("resumed_from_step"))
+        self.total_timesteps = as_int(event.get("total_timesteps")) or self.total_timesteps
+        resumed_from = as_int(event.get("resumed_from_step"))
         if resumed_from:
             # Curves continue from the checkpoint: drop what the interrupted segment logged
             # after it, so no step appears twice.
             self.metrics = [m for m in self.metrics if (m.get("step") or 0) <= resumed_from]
             self.metrics_extra_last = False  # the latest kept point is now a grid point or close to one
-            returns = [r for r in (_as_float(m.get("episode_return_mean")) for m in self.metrics) if r is not None]
+            returns = [r for r in (as_float(m.get("episode_return_mean")) for m in self.metrics) if r is not None]
             self.best_return = max(returns) if returns else None
             self.step = resumed_from
         self.started, self.end_status = True, None
@@ -165,10 +162,10 @@ class RunState:
 
     def _on_metrics(self, event: dict, event_time: float) -> None:
         self.keep_metrics(event)
-        value = _as_float(event.get("episode_return_mean"))
+        value = as_float(event.get("episode_return_mean"))
         if value is not None and (self.best_return is None or value > self.best_return):
             self.best_return = value
-        self.step = _as_int(event.get("step")) or self.step
+        self.step = as_int(event.get("step")) or self.step
 
     def keep_metrics(self, event: dict) -> None:
         """Add one metrics event to the bounded, downsampled `metrics`: the first point and the
@@ -201,12 +198,12 @@ class RunState:
     def _on_gif(self, event: dict, event_time: float) -> None:
         path = _local_path(self.run_dir, event.get("path"))
         if path:
-            self.gifs.append(GifInfo(path=path, step=_as_int(event.get("step")) or 0,
-                                     episode_return=_as_float(event.get("episode_return")),
-                                     episode_score=_as_float(event.get("episode_score")),
-                                     steps_shown=_as_int(event.get("steps_shown")),
-                                     episode_steps=_as_int(event.get("episode_steps")),
-                                     episode_ended=_as_bool(event.get("episode_ended"))))
+            self.gifs.append(GifInfo(path=path, step=as_int(event.get("step")) or 0,
+                                     episode_return=as_float(event.get("episode_return")),
+                                     episode_score=as_float(event.get("episode_score")),
+                                     steps_shown=as_int(event.get("steps_shown")),
+                                     episode_steps=as_int(event.get("episode_steps")),
+                                     episode_ended=as_bool(event.get("episode_ended"))))
 
     def _on_model(self, event: dict, event_time: float) -> None:
         self.final_model = _local_path(self.run_dir, event.get("path"))
@@ -220,12 +217,12 @@ class RunState:
         self.started = False
         self.stopping = False  # asked of this segment; a later one (a CLI resume) is not stopping
         self.end_count += 1
-        self.step = _as_int(event.get("step")) or self.step
+        self.step = as_int(event.get("step")) or self.step
         self.final_model = _local_path(self.run_dir, event.get("final_model")) or self.final_model
 
     # ---- reading
 
-    def snapshot(self) -> "RunSnapshot":
+    def snapshot(self) -> RunSnapshot:
         with self.lock:
             checkpoint = self.latest_checkpoint or latest_checkpoint_path(self.run_dir, self.config or None)
             return RunSnapshot(
@@ -234,7 +231,7 @@ class RunState:
                 config=dict(self.config),
                 status=self.status,
                 managed=self.managed,
-                total_timesteps=self.total_timesteps or _as_int(self.config.get("total_timesteps")),
+                total_timesteps=self.total_timesteps or as_int(self.config.get("total_timesteps")),
                 step=self.step,
                 device=self.device,
                 metrics=list(self.metrics),
@@ -275,86 +272,6 @@ _EVENT_HANDLERS: dict[str, Callable[[RunState, dict, float], None]] = {
     "error": RunState._on_error,
     "end": RunState._on_end,
 }
-
-
-@dataclass(frozen=True)
-class RunSnapshot:
-    """A consistent, read-only copy of a RunState at one moment."""
-
-    run_id: str
-    run_dir: Path
-    config: dict
-    status: str
-    managed: bool
-    total_timesteps: int | None
-    step: int
-    device: str | None
-    metrics: list[dict]  # downsampled to at most MAX_METRIC_POINTS (+1); metrics.jsonl has them all
-    update_count: int
-    best_return: float | None
-    log_tail: list[str]
-    log_count: int
-    latest_gif: GifInfo | None
-    gif_count: int
-    latest_checkpoint: str | None
-    final_model: str | None
-    error_message: str | None
-    error_traceback: str | None
-    started_at: float | None
-    wall_seconds: float
-    name: str  # "" until a person names the run (notes.json)
-    notes: str
-    version: int
-
-    @property
-    def title(self) -> str:
-        """The run's name when it has one, else its id."""
-        return self.name or self.run_id
-
-    @property
-    def env_name(self) -> str:
-        return str(self.config.get("env_name") or "?")
-
-    @property
-    def model_type(self) -> str:
-        return str(self.config.get("model_type") or "?")
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
-
-    @property
-    def fps(self) -> float | None:
-        return _as_float(self.metrics[-1].get("fps")) if self.metrics else None
-
-    @property
-    def eta_seconds(self) -> float | None:
-        fps = self.fps
-        if not self.is_active or not fps or not self.total_timesteps:
-            return None
-        return max(0.0, (self.total_timesteps - self.step) / fps)
-
-    @property
-    def progress(self) -> float:
-        if not self.total_timesteps:
-            return 0.0
-        return min(1.0, max(0.0, self.step / self.total_timesteps))
-
-    @property
-    def last_return(self) -> float | None:
-        """Mean return over the most recent episodes (the trainer's last-100 mean when given)."""
-        return self.last_value("recent_return_mean", "episode_return_mean")
-
-    def last_value(self, recent_key: str, key: str) -> float | None:
-        """The latest `recent_key` (a last-100-episodes mean), else the latest `key` (that update's
-        mean): e.g. ("recent_score_mean", "episode_score_mean") for the game score."""
-        for metric in reversed(self.metrics):
-            value = _as_float(metric.get(recent_key))
-            if value is None:
-                value = _as_float(metric.get(key))
-            if value is not None:
-                return value
-        return None
 
 
 # --------------------------------------------------------------------------- following a run folder
@@ -454,18 +371,3 @@ def _tail(text: str | None, lines: int) -> str | None:
     if not text:
         return text
     return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _as_float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value else None  # NaN -> None
-
-
-def _as_int(value: object) -> int | None:
-    number = _as_float(value)
-    return int(number) if number is not None else None
-
-
-def _as_bool(value: object) -> bool | None:
-    return value if isinstance(value, bool) else None

@@ -24,7 +24,7 @@ from studio.history import RunSnapshot
 from studio.runs import RunManager
 from studio.throttle import basic_credentials
 from trainer.serving.metrics_export import DEFAULT_FALLING_UPDATES, RunSample, RunsCollector
-from trainer.run.run_dir import read_owner
+from trainer.run.owner import read_owner
 
 
 def run_sample(snapshot: RunSnapshot) -> RunSample:

@@ -1,7 +1,7 @@
 """The Runs tab's *Delete old checkpoints*: frees disk space in a run that is not training.
 
 Everything but the newest checkpoint (resume continues from it) and the best one (best.json)
-goes, by the trainer's own retention rule (trainer.run.run_dir.checkpoints_to_delete with K = 1).
+goes, by the trainer's own retention rule (trainer.run.retention.checkpoints_to_delete with K = 1).
 Two clicks: the first says how many files and MiB would go and what stays, the second deletes.
 The manager refuses while the run's trainer lives (this studio's child or owner.json's process).
 """
@@ -14,7 +14,8 @@ from typing import Any, Sequence
 import gradio as gr
 
 from studio.runs import ACTIVE_STATUSES, RunError, RunManager
-from trainer.run.run_dir import checkpoint_folder, checkpoints_to_delete, list_checkpoints, read_best_checkpoint
+from trainer.run.layout import checkpoint_folder, list_checkpoints
+from trainer.run.retention import checkpoints_to_delete, read_best_checkpoint
 
 
 def cleanup_preview(manager: RunManager, run_id: str | None) -> tuple[str, bool]:

@@ -4,7 +4,7 @@ Each run's trainer runs in its own process with a stop event, forked from a fork
 already imported the trainer (`TRAINER_START_METHOD`). Every run, started here
 or found in the runs folder (an earlier studio, the CLI), is followed the same way: a
 `RunFollower` (studio/history.py) reads what its metrics.jsonl gained each time the run is
-looked at, and one rule (`trainer.run.run_dir.run_status`) gives its state. Browser sessions only
+looked at, and one rule (`trainer.run.status.run_status`) gives its state. Browser sessions only
 ever read snapshots, so any number of tabs can watch the same run, and closing a tab stops nothing.
 
 A run on several processes (`nproc_per_node`) or one that accepts workers (`max_nodes` > 1) is
@@ -19,18 +19,12 @@ never needs, and it is tested on its own with a fake trainer.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import re
 import shutil
 import signal
-import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Callable
 
 from studio.history import (  # noqa: F401 - re-exported: the studio's names for a run
     ACTIVE_STATUSES,
@@ -40,155 +34,31 @@ from studio.history import (  # noqa: F401 - re-exported: the studio's names for
     RunSnapshot,
     RunState,
 )
+from studio.run_paths import (  # noqa: F401 - re-exported: what the studio imports about runs
+    RUN_ID_PATTERN,
+    RunError,
+    RunLimitError,
+    UnknownRunError,
+    is_inside,
+    safe_run_file,
+    validate_run_id,
+)
+from studio.trainer_process import (
+    TRAINER_START_METHOD,
+    ActiveRun,
+    TrainerTarget,
+    WorkerJoin,
+    launcher_shape,
+    start_trainer,
+    stoppable_trainer,
+    trainer_context,
+)
 from trainer.cluster.admission import new_token
 from trainer.cluster.nodes import DEFAULT_PORT
 from trainer.config.keys import CodePermissionError, require_code_permission
-from trainer.run.run_dir import (
-    CONFIG_FILE,
-    EVENTS_FILE,
-    create_run_dir,
-    RunOwner,
-    live_owner,
-    read_config,
-    write_config,
-    write_run_notes,
-)
-
-RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
-MAX_RUN_ID_LENGTH = 200  # a folder name (at most 255 bytes on common file systems)
-
-# (config_dict, run_dir, queue, stop_event, resume); the studio passes queue=None: it reads
-# the run's events from metrics.jsonl, as it does for every run.
-TrainerTarget = Callable[[dict, str, Any, Any, bool], None]
-
-
-class RunError(Exception):
-    """A request about runs that cannot be carried out; the message is meant for people."""
-
-
-class RunLimitError(RunError):
-    """Starting one more run would exceed the studio's limit of concurrent runs."""
-
-
-class UnknownRunError(RunError):
-    """No run of that id exists in the runs folder."""
-
-
-# --------------------------------------------------------------------------- run ids and paths
-
-
-def validate_run_id(run_id: object) -> str:
-    """Return `run_id` if it is a plain run id; raise RunError otherwise.
-
-    A run id names one folder directly inside the runs folder, so it may only hold
-    letters, digits, '.', '_' and '-', and may not be '.' or '..'.
-    """
-    if not isinstance(run_id, str) or not run_id.strip():
-        raise RunError("No run selected: pick a run first.")
-    run_id = run_id.strip()
-    if len(run_id) > MAX_RUN_ID_LENGTH:  # longer than a file name may be: never touch the disk with it
-        raise RunError(f"That run id is {len(run_id):_} characters long ({run_id[:40]!r}...); run ids are at "
-                       f"most {MAX_RUN_ID_LENGTH} characters. Pick a run from the list.")
-    if not RUN_ID_PATTERN.fullmatch(run_id) or run_id in (".", ".."):
-        raise RunError(
-            f"{run_id[:80]!r} is not a valid run id: run ids only contain letters, digits, "
-            "'.', '_' and '-'."
-        )
-    return run_id
-
-
-def is_inside(path: Path, folder: Path) -> bool:
-    """True when `path` (after resolving links and '..') lies inside `folder`."""
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except (ValueError, OSError):
-        return False
-    return True
-
-
-def safe_run_file(runs_dir: Path, path: str | os.PathLike | None) -> str | None:
-    """`path` as a string if it is an existing file inside the runs folder, else None.
-
-    Every file the studio hands to the browser goes through here: event files may name any
-    path (a crafted metrics.jsonl could point at /etc/passwd), and only files inside the runs
-    folder may be served.
-    """
-    if not path:
-        return None
-    candidate = Path(path)
-    if not candidate.is_file() or not is_inside(candidate, runs_dir):
-        return None
-    return str(candidate.resolve())
-
-
-def stoppable_trainer(owner: RunOwner) -> bool:
-    """Whether the studio may send SIGTERM to `owner`: a live Python process on this host that is
-    not the studio itself. owner.json is a file anyone could write, so it must not be able to
-    make the studio signal an unrelated process."""
-    if owner.host != socket.gethostname() or owner.pid in (os.getpid(), 0, 1):
-        return False
-    try:
-        import psutil
-
-        command = " ".join(psutil.Process(owner.pid).cmdline())
-    except Exception:  # noqa: BLE001 - gone, not ours, or no psutil: do not signal it
-        return False
-    return "python" in command.lower() and ("trainer" in command or "multiprocessing" in command)
-
-
-# --------------------------------------------------------------------------- several processes
-
-
-@dataclass(frozen=True)
-class WorkerJoin:
-    """How a machine joins a studio run that accepts workers. The token is a secret of the run:
-    the studio hands it only to the page that started (or resumed) the run."""
-
-    master: str  # HOST:PORT the run's rendezvous listens on
-    token: str
-
-    @property
-    def command(self) -> str:
-        return f"python -m trainer worker --master {self.master} --token {self.token}"
-
-
-def launcher_shape(config: dict) -> tuple[int, int]:
-    """(ranks on this machine, most machines) of a run: trainer.cluster.launch.ranks_wanted's rule
-    (`nproc_per_node`, else one rank per `gpu_ids` entry) and `max_nodes`."""
-    nproc, gpu_ids = config.get("nproc_per_node") or 1, config.get("gpu_ids")
-    ranks = 1
-    if nproc > 1 or gpu_ids:
-        from trainer.cluster.launch import ranks_wanted  # imports torch: only for a run that needs it
-
-        ranks = ranks_wanted(SimpleNamespace(nproc_per_node=nproc, gpu_ids=gpu_ids), None)
-    return ranks, config.get("max_nodes") or 1
-
-
-# --------------------------------------------------------------------------- the manager
-
-
-@dataclass
-class _ActiveRun:
-    state: RunState
-    process: Any
-    stop_event: Any
-    join: WorkerJoin | None = None  # a run that accepts workers
-
-
-# How the studio starts a trainer. Not a fork of the studio (its threads, sockets and gradio),
-# nor a fresh interpreter per run (spawn: importing torch alone takes about 2 s on a small
-# machine, before the first update): a fork server, itself a fresh interpreter that imports
-# TRAINER_PRELOAD once, forks each trainer from that clean state. Started with the first
-# RunManager, so the imports are done by the time someone presses Start. Spawn where there is
-# no fork server (Windows).
-TRAINER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-TRAINER_PRELOAD = ["trainer.cluster.process", "trainer.run.loop"]
-
-
-def _default_target() -> TrainerTarget:
-    from trainer.cluster.process import run_training  # the trainer lives in its own layer
-
-    return run_training
+from trainer.run.layout import CONFIG_FILE, EVENTS_FILE, create_run_dir, read_config, write_config
+from trainer.run.notes import write_run_notes
+from trainer.run.owner import live_owner
 
 
 class RunManager:
@@ -213,14 +83,9 @@ class RunManager:
         # Where a run that accepts workers listens: loopback unless the studio's owner opens it.
         self.cluster_host, self.cluster_port = cluster_host, cluster_port
         self._target = target
-        self._context = multiprocessing.get_context(start_method)
-        if start_method == "forkserver":
-            self._context.set_forkserver_preload(TRAINER_PRELOAD)
-            from multiprocessing import forkserver
-
-            forkserver.ensure_running()  # the server imports the trainer now, in its own process
+        self._context = trainer_context(start_method)
         self._lock = threading.RLock()
-        self._active: dict[str, _ActiveRun] = {}  # runs whose trainer this studio started
+        self._active: dict[str, ActiveRun] = {}  # runs whose trainer this studio started
         self._followers: dict[str, RunFollower] = {}  # every run looked at so far
 
     # ---- paths
@@ -302,8 +167,9 @@ class RunManager:
 
     def delete_old_checkpoints(self, run_id: str) -> list[Path]:
         """Free disk space in a run that is not training: all checkpoints but the newest (resume)
-        and the best go (trainer.run.run_dir.delete_old_checkpoints); returns the deleted files."""
-        from trainer.run.run_dir import RunOwnedError, delete_old_checkpoints
+        and the best go (trainer.run.retention.delete_old_checkpoints); returns the deleted files."""
+        from trainer.run.owner import RunOwnedError
+        from trainer.run.retention import delete_old_checkpoints
 
         run_dir = self.run_dir(run_id)
         with self._lock:
@@ -426,7 +292,7 @@ class RunManager:
             self._reap(active)
         return state
 
-    def _reap(self, active: _ActiveRun) -> None:
+    def _reap(self, active: ActiveRun) -> None:
         """The studio's own trainer has exited. Caller holds self._lock."""
         self._active.pop(active.state.run_id, None)
         active.process.join(timeout=5)
@@ -476,28 +342,6 @@ class RunManager:
         return WorkerJoin(master, new_token())
 
     def _launch(self, state: RunState, resume: bool, join: WorkerJoin | None = None) -> None:
-        """Caller holds self._lock. Spawns the trainer process: `run_training`, or for several
-        ranks or machines `run_launched` (the elastic launcher, as the CLI's --nproc / master)."""
-        target, options = self._target or _default_target(), {}
-        if join is not None:
-            options = dict(host=self.cluster_host, port=self.cluster_port, token=join.token,
-                           allow_custom_envs=self.allow_custom_envs)
-        elif launcher_shape(state.config)[0] > 1:
-            options = dict(host="127.0.0.1", port=0, token=None,   # one machine: loopback, a free port
-                           allow_custom_envs=self.allow_custom_envs)
-        if self._target is not None:
-            options = {}  # a test's stand-in trainer takes the plain arguments
-        elif options:
-            from trainer.cluster.process import run_launched
-
-            target = run_launched
-        stop_event = self._context.Event()
-        process = self._context.Process(
-            target=target,
-            args=(dict(state.config), str(state.run_dir), None, stop_event, resume),
-            kwargs=options,
-            name=f"trainer-{state.run_id}",
-        )
-        state.begin_segment()
-        process.start()
-        self._active[state.run_id] = _ActiveRun(state=state, process=process, stop_event=stop_event, join=join)
+        """Caller holds self._lock. Starts the run's trainer process (studio/trainer_process.py)."""
+        self._active[state.run_id] = start_trainer(self._context, state, resume, join, self._target, self.cluster_host,
+                                                   self.cluster_port, self.allow_custom_envs)

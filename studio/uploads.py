@@ -5,7 +5,9 @@ Gradio writes every upload under GRADIO_TEMP_DIR (by default the shared /tmp/gra
 forever). `keep_uploads_in` points it into the studio's own scratch folder (mode 0700, removed
 when the studio exits); while the studio runs, Gradio's `delete_cache` drops uploads an hour
 old (studio/ui.py). Gradio's `max_file_size` bounds each file; `UploadLimit` bounds each request
-too, since one request may carry a thousand files.
+too, since one request may carry a thousand files, and the folder as a whole: past
+`FOLDER_UPLOADS` uploads' worth, the oldest uploads (over a minute old) make room, and a request
+that still does not fit gets 507.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ _UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
 FORM_SLACK = 64 * 1024   # multipart headers and boundaries around the file bytes
 DRAIN_BYTES = 32 * 1024**2  # of a refused upload, read and dropped so that the client sees the refusal
+FOLDER_UPLOADS = 10         # the upload folder holds at most this many largest uploads
+IN_USE_SECONDS = 60         # an upload younger than this may still be read by a callback: never removed
 
 
 def parse_size(text: str | int) -> int:
@@ -47,11 +51,16 @@ def keep_uploads_in(scratch: ScratchFolder) -> Path:
     """Point Gradio's upload folder (GRADIO_TEMP_DIR) at `gradio/` inside the studio's scratch
     folder, unless the operator set GRADIO_TEMP_DIR (then that one is used, and is theirs to
     clean). Call before gradio is imported where possible: some of its routes read it at import."""
+    global _OWNED
     if not os.environ.get("GRADIO_TEMP_DIR"):
         folder = scratch.path / "gradio"
         folder.mkdir(mode=0o700, exist_ok=True)
         os.environ["GRADIO_TEMP_DIR"] = str(folder)
+        _OWNED = folder
     return Path(os.environ["GRADIO_TEMP_DIR"])
+
+
+_OWNED: Path | None = None   # the upload folder this process's studio made (and so may prune)
 
 
 class UploadLimit:
@@ -59,9 +68,10 @@ class UploadLimit:
     (plus the form's framing), stated up front in Content-Length; 413 or 411 otherwise, before a
     byte is written to disk."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, folder: str | Path | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        self.folder = Path(folder) if folder else _OWNED   # None: an operator's folder, theirs to clean
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "").rstrip("/") if scope.get("type") == "http" else ""
@@ -75,6 +85,10 @@ class UploadLimit:
             refusal = JSONResponse({"detail": f"This upload is {int(length) / 1024**2:.1f} MB; the studio accepts "
                                               f"at most {human_size(self.max_bytes)} per upload (python app.py "
                                               f"--max-upload-size)."}, status_code=413)
+        elif self.folder is not None and not make_room(self.folder, int(length), FOLDER_UPLOADS * self.max_bytes):
+            refusal = JSONResponse({"detail": f"The studio's upload folder is full ({FOLDER_UPLOADS} uploads of "
+                                              f"{human_size(self.max_bytes)} arrived within the last minute); try "
+                                              f"again in a minute."}, status_code=507)
         else:
             await self.app(scope, receive, send)
             return
@@ -92,3 +106,29 @@ async def _discard_body(receive, limit: int) -> None:
             return
         read += len(message.get("body", b""))
         more = message.get("more_body", False)
+
+
+def make_room(folder: Path, incoming: int, limit: int, now: float | None = None) -> bool:
+    """Remove the oldest uploads (files over IN_USE_SECONDS old) until `incoming` more bytes fit
+    under `limit`; False when they still do not fit."""
+    import time
+
+    now = time.time() if now is None else now
+    files = []
+    for path in folder.rglob("*") if folder.is_dir() else ():
+        try:
+            if path.is_file() and not path.is_symlink():
+                stat = path.stat()
+                files.append((stat.st_mtime, stat.st_size, path))
+        except OSError:
+            continue
+    used = sum(size for _, size, _ in files)
+    for mtime, size, path in sorted(files):
+        if used + incoming <= limit or now - mtime < IN_USE_SECONDS:
+            break
+        try:
+            path.unlink()
+            used -= size
+        except OSError:
+            continue
+    return used + incoming <= limit

@@ -17,14 +17,13 @@ from typing import Sequence
 from studio.runs import GifInfo, RunSnapshot
 from studio.score import format_count, format_number, game_score
 from studio.warnings import log_with_warnings, troubles, warning_banner
+from trainer.config.metrics import csv_columns
 from trainer.run.events import clip_caption
-from trainer.run.run_dir import atomic_write, events_path, log_path, metrics_csv_path, run_size_bytes
+from trainer.run.files import atomic_write
+from trainer.run.layout import events_path, log_path, metrics_csv_path
+from trainer.run.retention import run_size_bytes
 
-METRIC_COLUMNS = (
-    "step", "update", "time", "elapsed", "fps", "episodes", "episode_return_mean",
-    "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
-    "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "learning_rate",
-)
+METRIC_COLUMNS = csv_columns()  # metrics.csv's columns: the metric registry, trainer/config/metrics.py
 RUNS_TABLE_HEADERS = ["run", "name", "env", "model", "status", "steps", "score", "best return", "last return",
                       "wall time", "disk (MiB)"]
 STATUS_LABELS = {

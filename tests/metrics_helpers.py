@@ -6,7 +6,7 @@ from pathlib import Path
 
 from trainer.config.defaults import load_config
 from trainer.run.events import JsonlSink, make_event
-from trainer.run.run_dir import events_path, write_config
+from trainer.run.layout import events_path, write_config
 
 METRIC_DEFAULTS = dict(fps=1000.0, elapsed=1.0, episodes=10, episode_return_mean=1.0, episode_length_mean=20.0,
                        episode_score_mean=1.0, policy_loss=0.1, value_loss=0.5, entropy=0.6, approx_kl=0.01,

@@ -176,7 +176,7 @@ def model_payload(**changes) -> dict:
     from envs import make_vec_env
     from trainer.run.checkpoint import FORMAT, FORMAT_VERSION
     from trainer.config.keys import config_from_dict
-    from trainer.nets.models import build_policy
+    from trainer.nets.policies import build_policy
     from trainer.run.setup import policy_spec
 
     config = config_from_dict({"env_name": "cartpole"})

@@ -18,7 +18,7 @@ import pytest
 
 from test_studio_helpers import studio_page
 from test_studio_runs import CONFIG, fake_trainer
-from trainer.run.run_dir import create_run_dir, write_config
+from trainer.run.layout import create_run_dir, write_config
 
 pytestmark = pytest.mark.browser
 

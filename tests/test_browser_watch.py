@@ -20,7 +20,7 @@ SCORE_TEXT = "() => document.querySelector('#watch-score')?.innerText || ''"
 def trained_run(runs_dir):
     from trainer.config.keys import config_from_dict
     from trainer.run.loop import train
-    from trainer.run.run_dir import create_run_dir
+    from trainer.run.layout import create_run_dir
 
     config = config_from_dict({"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64,
                                "total_timesteps": 8 * 16 * 4, "gif_interval": 0, "device": "cpu", "seed": 1})

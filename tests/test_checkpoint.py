@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.run.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_model, read_checkpoint
+from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
+from trainer.run.layout import list_checkpoints
 from trainer.config.keys import config_from_dict
 from trainer.config.defaults import load_config
 from trainer.run.events import read_events
@@ -119,8 +120,41 @@ def test_checkpoints_are_written_and_only_the_last_k_kept(tmp_path):
     announced = [event["step"] for event in counter.events if event["type"] == "checkpoint"]
     assert announced == [16 * 16 * 2, 16 * 16 * 4, 16 * 16 * 6]
     payload = read_checkpoint(tmp_path / "run" / "checkpoints" / f"ckpt_{16 * 16 * 6}.pth")
-    for key in ("optimizer_state", "rng", "env_state", "next_obs", "policy_state", "config", "global_step"):
+    for key in ("algo", "algorithm_state", "rng", "env_state", "next_obs", "policy_state", "config", "global_step"):
         assert key in payload
+    assert payload["format_version"] == 2 and payload["algo"] == "ppo"
+    assert set(payload["algorithm_state"]) == {"optimizer", "reward_scaler"}       # PPO's own state
+
+
+def test_a_format_1_checkpoint_still_resumes_exactly(tmp_path):
+    """Format 1 kept PPO's optimiser and reward scaler at the top level of a checkpoint; a run
+    saved so resumes as exactly as one saved today."""
+    from trainer.run.checkpoint import atomic_save
+
+    config = tiny_config(norm_reward=True)
+    straight = train(config, tmp_path / "straight")
+    counter = UpdateCounter()
+    train(config, tmp_path / "old", sinks=[counter], should_stop=lambda: counter.updates >= 3)
+    path, payload = latest_checkpoint(tmp_path / "old" / "checkpoints")
+    state = payload.pop("algorithm_state")
+    payload.update(format_version=1, optimizer_state=state["optimizer"], reward_scaler=state["reward_scaler"])
+    atomic_save(payload, path)
+    resumed = train(config, tmp_path / "old", resume=True)
+    for name, tensor in straight.policy.state_dict().items():
+        assert torch.equal(tensor, resumed.policy.state_dict()[name]), name
+
+
+def test_a_newer_format_and_another_algorithm_are_refused_by_name(tmp_path):
+    from trainer.run.checkpoint import atomic_save
+
+    counter = UpdateCounter()
+    train(tiny_config(), tmp_path / "run", sinks=[counter], should_stop=lambda: counter.updates >= 1)
+    path, payload = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    with pytest.raises(ResumeError, match="trained with algo 'ppo', but this config trains 'a2c'"):
+        train(tiny_config(algo="a2c", update_epochs=1), tmp_path / "run", resume=True)
+    atomic_save({**payload, "format_version": 3}, path)
+    with pytest.raises(CheckpointError, match="newer RL Studio \\(format version 3\\)"):
+        read_checkpoint(path)
 
 
 @pytest.mark.parametrize("options", [{}, {"norm_obs": True, "norm_reward": True, "clip_vloss": True,

@@ -51,12 +51,45 @@ def test_shipped_guide_config_loads():
     assert config.vector_env is True and config.num_workers == 8
 
 
-@pytest.mark.parametrize("name", ["cartpole.yaml", "flappy_bird.yaml", "snake.yaml"])
-def test_shipped_tuned_configs_load(name):
+# Every file in configs/: the built-in games' tuned configs, the guide's file, the cluster guide's.
+SHIPPED_CONFIGS = ["cartpole.yaml", "cluster.yaml", "flappy_bird.yaml", "snake.yaml", "train_flappy_bird.yaml"]
+
+
+def test_the_shipped_configs_are_the_listed_ones_and_every_game_has_its_tuned_config():
+    from envs import builtin_env_names
+    from trainer.config.defaults import CONFIGS_DIR, shipped_config_path
+
+    assert CONFIGS_DIR == ROOT / "configs"
+    assert sorted(path.name for path in CONFIGS_DIR.glob("*.yaml")) == SHIPPED_CONFIGS, (
+        "a config was added to or removed from configs/: list it in SHIPPED_CONFIGS, so that it is loaded below")
+    for game in builtin_env_names():
+        assert shipped_config_path(game) == CONFIGS_DIR / f"{game}.yaml", f"{game} has no tuned config"
+
+
+@pytest.mark.parametrize("name", SHIPPED_CONFIGS)
+def test_every_shipped_config_loads_and_validates(name):
+    """The way its command reads it: `python -m trainer --config` (load_config), or for the cluster
+    file `python -m trainer master --config` (its master / workers / communication sections split
+    off first). A missing file or a key that does not validate is a failure, never a skip."""
+    from trainer.cluster.nodes import split_cluster_file
+    from trainer.config.keys import read_yaml_mapping
+
     path = ROOT / "configs" / name
-    if not path.exists():
-        pytest.skip(f"{name} not written yet")
-    load_config(path)
+    if name == "cluster.yaml":
+        settings, cluster = split_cluster_file(read_yaml_mapping(path))
+        assert (cluster.host, cluster.port) == ("192.168.1.100", 54321)
+        assert cluster.workers == ["192.168.1.101", "192.168.1.102"]
+        config = config_from_dict(settings)
+    else:
+        config = load_config(path)
+    assert isinstance(config, TrainConfig)
+    assert config.batch_size == config.num_envs * config.num_steps
+    assert config.batch_size % config.mini_batch_size == 0
+    stem = path.stem.removeprefix("train_")
+    if stem in ("cartpole", "flappy_bird", "snake"):   # a game's own file names that game
+        from envs import resolve_env_name
+
+        assert resolve_env_name(config.env_name) == stem
 
 
 def test_overrides_with_dotted_keys():
@@ -156,14 +189,14 @@ def test_round_trip_through_dict_keeps_every_value():
     assert isinstance(again, TrainConfig)
 
 
-def test_readme_config_reference_is_the_declarations_table():
-    """README.md carries the tables generated from trainer/config/keys.py (python docs/readme/build_readme.py)."""
-    from trainer.config.keys import reference_markdown
+def test_docs_config_reference_is_the_declarations_table():
+    """docs/config.md carries the tables generated from trainer/config/keys.py and defaults.py (docs/build.py)."""
     from trainer.config.defaults import untuned_defaults_markdown
+    from trainer.config.keys import reference_markdown
 
-    readme = (ROOT / "README.md").read_text()
-    assert reference_markdown() in readme and untuned_defaults_markdown() in readme, (
-        "the README's config reference or untuned defaults are stale: run python docs/readme/build_readme.py")
+    page = (ROOT / "docs" / "config.md").read_text()
+    assert reference_markdown() in page and untuned_defaults_markdown() in page, (
+        "docs/config.md's config reference or untuned defaults are stale: run python docs/build.py")
     assert all(f"`{key}`" in reference_markdown() for key, _, _ in config_reference())
 
 

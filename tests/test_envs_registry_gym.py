@@ -143,6 +143,26 @@ def test_user_wrappers_and_entry_point_envs_and_reported_scores():
 
 
 def test_wrappers_turn_a_builtin_into_a_gymnasium_vector_env():
-    env = make_vec_env("snake", 2, seed=0, wrappers=["envs_helpers:DoubleRewardWrapper"])
-    assert isinstance(env, GymVecEnv) and env.name == "Snake-v0"
-    env.close()
+    """The wrapped Snake plays the same games as the unwrapped adapter (same seed, same actions)
+    and every reward, +1 for a food and -1 for a crash alike, is exactly doubled."""
+    plain = make_vec_env("snake", 4, seed=0, vector_env="sync")
+    doubled = make_vec_env("snake", 4, seed=0, wrappers=["envs_helpers:DoubleRewardWrapper"])
+    assert isinstance(doubled, GymVecEnv) and doubled.name == "Snake-v0"
+    torch.testing.assert_close(doubled.reset(), plain.reset())
+    generator = torch.Generator().manual_seed(0)
+    rewards_seen = set()
+    for _ in range(300):
+        actions = torch.randint(0, 3, (4,), generator=generator)
+        plain_obs, plain_reward, plain_terminated, *_ = plain.step(actions)
+        obs, reward, terminated, *_ = doubled.step(actions)
+        torch.testing.assert_close(obs, plain_obs)
+        assert torch.equal(terminated, plain_terminated)
+        torch.testing.assert_close(reward, 2 * plain_reward, rtol=0, atol=0)
+        rewards_seen.update(plain_reward.tolist())
+    assert {-1.0, 1.0} <= rewards_seen, f"the games must eat and crash to show the doubling, saw {rewards_seen}"
+    plain_summary, doubled_summary = plain.stats.drain(), doubled.stats.drain()
+    assert doubled_summary.count == plain_summary.count > 0
+    assert doubled_summary.return_mean == pytest.approx(2 * plain_summary.return_mean)
+    assert doubled_summary.score_mean == plain_summary.score_mean, "the score (food eaten) is the game's own"
+    plain.close()
+    doubled.close()

@@ -118,6 +118,24 @@ def test_same_seed_same_games():
     assert not torch.equal(play(2), play(3))
 
 
+def test_vector_observation_of_a_known_board():
+    """Head in the top row at column 1, heading left, body behind it on row 0, food in the far
+    corner: every feature worked out from the docstring of envs/snake.py."""
+    env = _snake()
+    env.set_food(11, 11)
+    for action in [UP] * 6 + [LEFT] * 5:  # (6, 6) -> (0, 6) -> (0, 1): 11 steps without food
+        obs, _, terminated, *_ = _act(env, action)
+        assert not terminated.any()
+    assert env.body_cells(0) == [(0, 1), (0, 2), (0, 3)]
+    expected = [0, 0, 1,  # one cell straight (0, 0) free, left (1, 1) free, right (-1, 1) the wall
+                1, 0, 1,  # two cells: straight (0, -1) the wall, left (2, 1) free, right (-2, 1) the wall
+                0, 0, 0, 1,  # heading left
+                0, 1, 1, 0,  # the food is right of and below the head
+                (11 - 1) / 12, (11 - 0) / 12,  # food column and row minus the head's, over width and height
+                3 / 144, 11 / 244]  # length over 12 x 12 cells; hunger over max_steps_without_food (100 + 144)
+    torch.testing.assert_close(obs[0], torch.tensor(expected, dtype=torch.float32))
+
+
 def test_grid_observation_planes():
     env = make_vec_env("snake", 2, seed=0, obs="grid", grid_size=(8, 10))
     assert env.single_observation_space.shape == (3, 8, 10)
@@ -157,6 +175,10 @@ def test_rendering_survives_someone_calling_pygame_quit():
     import pygame
 
     env = _snake()
-    env.render(0)
+    env.set_food(6, 7)
+    _act(env, RIGHT)  # score 1: the bar has text to draw
+    before = env.render(0)
     pygame.quit()
-    assert env.render(0).shape == (428, 384, 3)
+    after = env.render(0)
+    assert (after[:44] == 255).all(axis=2).sum() > 50, "the score text is drawn again"
+    np.testing.assert_array_equal(after, before)

@@ -44,3 +44,14 @@ def test_make_event_refuses_a_missing_or_an_undeclared_field():
     event = make_event("gif", step=1, path=Path("/r/a.gif"), episode_return=float("nan"), episode_score=2.0,
                        frames=3, seconds=0.1)
     assert event["path"] == "/r/a.gif" and event["episode_return"] is None and isinstance(event["time"], float)
+
+
+def test_the_metrics_event_has_the_metric_registrys_fields():
+    """A metrics event's fields are declared in trainer/config/metrics.py; an undeclared one is refused
+    with a message that says where to declare it."""
+    from trainer.config.metrics import event_fields
+
+    schema = EVENT_SCHEMA["metrics"]
+    assert (schema.required, schema.optional) == (event_fields("required"), event_fields("optional"))
+    with pytest.raises(KeyError, match=r"fields not in the schema \['kl_new'\].*trainer/config/metrics.py"):
+        make_event("metrics", **{name: 0.0 for name in schema.required}, kl_new=1.0)

@@ -21,7 +21,8 @@ from trainer.config.keys import config_from_dict
 from trainer.config.defaults import load_config
 from trainer.serving.export import ExportError, export_onnx  # noqa: E402
 from trainer.run.loop import train  # noqa: E402
-from trainer.nets.models import build_policy, make_policy_spec  # noqa: E402
+from trainer.nets.policies import build_policy  # noqa: E402
+from trainer.nets.spec import make_policy_spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

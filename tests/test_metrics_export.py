@@ -98,6 +98,24 @@ def test_gpu_numbers_per_gpu_in_base_units():
     assert found["rlstudio_gpu_memory_used_bytes"][0].value == 2**30
 
 
+def test_every_metric_the_registry_exports_has_a_series_and_nothing_else_is_exported(tmp_path):
+    """trainer/config/metrics.py is what Prometheus shows: in a full scrape each metric it exports,
+    derived ones included, has a sample under its declared name, type and help."""
+    from trainer.config.metrics import PROMETHEUS_PREFIX, REGISTRY, prometheus_help
+
+    sink = fed_sink([3.0, 2.0], recent_length_mean=20.0, recent_score_mean=1.0)
+    sink(make_event("checkpoint", step=1024, path="ckpt_1024.pth"))
+    registry = CollectorRegistry()
+    registry.register(RunsCollector(lambda: [sink.sample()], tmp_path, gpus=lambda: [("0", 0.5, 1.0, 2.0)]))
+    families = {family.name: family for family in text_string_to_metric_families(generate_latest(registry).decode())}
+    declared = {metric.prometheus.name.removesuffix("_total"): metric for metric in REGISTRY if metric.prometheus}
+    assert set(families) == {PROMETHEUS_PREFIX + name for name in declared}
+    for name, metric in declared.items():
+        family = families[PROMETHEUS_PREFIX + name]
+        assert family.samples, f"{family.name} is declared but has no series"
+        assert (family.type, family.documentation) == (metric.prometheus.type, prometheus_help(metric)), name
+
+
 def test_metric_names_follow_prometheus_conventions():
     for name, (kind, _, help_text) in METRICS.items():
         assert name.endswith("_total") == (kind == "counter"), name

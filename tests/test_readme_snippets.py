@@ -1,4 +1,4 @@
-"""The README's "use the model" snippet runs as shown, on a model the trainer just wrote."""
+"""The docs' "use the model" snippet (docs/studio.md) runs as shown, on a model the trainer just wrote."""
 from __future__ import annotations
 
 import re
@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _snippet_after(marker: str) -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    after = readme[readme.index(marker):]
+    page = (ROOT / "docs" / "studio.md").read_text(encoding="utf-8")
+    after = page[page.index(marker):]
     return re.search(r"```python\n(.*?)```", after, re.S).group(1)
 
 

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from trainer.run.checkpoint import list_checkpoints, load_model
+from trainer.run.checkpoint import load_model
 from trainer.config.keys import config_from_dict
 from trainer.run.loop import train
-from trainer.run.run_dir import (BEST_FILE, RunOwnedError, checkpoint_path, delete_old_checkpoints, prune_checkpoints,
-                             read_best_checkpoint, record_checkpoint_return, run_size_bytes, take_ownership,
-                             write_config)
+from trainer.run.layout import BEST_FILE, checkpoint_path, list_checkpoints, write_config
+from trainer.run.owner import RunOwnedError, take_ownership
+from trainer.run.retention import (delete_old_checkpoints, prune_checkpoints, read_best_checkpoint,
+                                   record_checkpoint_return, run_size_bytes)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

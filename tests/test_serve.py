@@ -24,7 +24,8 @@ import torch
 from fastapi.testclient import TestClient
 
 from trainer.run.checkpoint import TrainedModel, atomic_save
-from trainer.nets.models import build_policy, make_policy_spec
+from trainer.nets.policies import build_policy
+from trainer.nets.spec import make_policy_spec
 from trainer.serving.http_limits import MAX_BODY_BYTES
 from trainer.serving.serve import ServeError, create_app, start_server
 from trainer.cluster.launch import free_port

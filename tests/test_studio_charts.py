@@ -167,6 +167,22 @@ def test_x_axis_by_training_time():
         pytest.approx(5.0)
 
 
+def test_the_charts_show_the_metric_registrys_metrics_under_its_labels():
+    """The small charts and the main chart's titles come from trainer/config/metrics.py: each small
+    chart plots its registry field under its registry label, in the registry's order."""
+    from trainer.config.metrics import chart_metrics
+
+    metrics = events(5)
+    figure = Figure(diagnostics_figure([CurveSource("run", metrics, "cartpole")]))
+    placed = chart_metrics("diagnostics")
+    assert [annotation.text for annotation in figure.layout.annotations] == [chart.label for _, chart in placed]
+    assert [list(trace.y) for trace in figure.data] == [[event[name] for event in metrics] for name, _ in placed]
+    for name, chart in chart_metrics("main"):
+        if chart.option != "score":  # the score's title names the game's unit (studio/score.py)
+            assert Figure(reward_figure([CurveSource("run", metrics, "cartpole")], metric=chart.option)
+                          ).layout.title.text == chart.label
+
+
 def test_chart_options_from_the_controls_fall_back_to_defaults():
     assert ChartOptions.from_controls("length", 0.5, True, "time") == ChartOptions("length", 0.5, True, "time")
     assert ChartOptions.from_controls(None, "x", None, "days") == ChartOptions()
@@ -247,7 +263,7 @@ def test_the_api_summary_carries_the_score_and_its_unit(tmp_path):
 def test_a_chart_control_change_redraws_at_once_while_the_run_trains(tmp_path):
     import json
 
-    from studio.callbacks import charts_due_now
+    from studio.run_view import charts_due_now
     from test_studio_ui import SKIP, form, make_studio
     from test_studio_runs import fake_endless_trainer, wait_for
 

@@ -21,7 +21,8 @@ from studio.form import FORM_FIELDS, form_values, raw_config_from_form, tuned_co
 from studio.runs import RunError, RunManager
 from studio.views import runs_table_rows
 from trainer.config.checks import ConfigError
-from trainer.cluster.nodes import NODES_FILE, Node, NodeMonitor
+from trainer.cluster.nodes import Node, NodeMonitor
+from trainer.run.layout import NODES_FILE
 from trainer.config.keys import config_from_dict
 
 SHORT = {"env_name": "cartpole", "total_timesteps": 2048, "num_envs": 8, "num_steps": 64, "mini_batch_size": 128,

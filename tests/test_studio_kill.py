@@ -132,13 +132,14 @@ def test_stop_never_signals_a_process_that_is_not_a_trainer(tmp_path, owner):
     import socket
 
     from studio.runs import RunError, RunManager
-    from trainer.run.run_dir import RunOwner, _process_started
+    from trainer.run.owner import RunOwner
+    from trainer.run.processes import process_started
 
     pid = os.getpid() if owner["pid"] == "self" else owner["pid"]
     run_dir = tmp_path / "crafted"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text(json.dumps({"type": "start", "time": time.time()}) + "\n")
-    record = RunOwner(pid=pid, host=socket.gethostname(), started_at=time.time(), process_started=_process_started(pid))
+    record = RunOwner(pid=pid, host=socket.gethostname(), started_at=time.time(), process_started=process_started(pid))
     (run_dir / "owner.json").write_text(json.dumps(record.__dict__))
     with pytest.raises(RunError, match="is not running here"):
         RunManager(tmp_path).stop("crafted")

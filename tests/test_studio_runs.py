@@ -15,18 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from trainer.run.run_dir import RunOwner, latest_checkpoint_path, take_ownership
+from trainer.run.layout import latest_checkpoint_path
+from trainer.run.owner import RunOwner, take_ownership
 
-from studio.runs import (
-    TRAINER_PRELOAD,
-    TRAINER_START_METHOD,
-    RunError,
-    RunLimitError,
-    RunManager,
-    UnknownRunError,
-    safe_run_file,
-    validate_run_id,
-)
+from studio.run_paths import RunError, RunLimitError, UnknownRunError, safe_run_file, validate_run_id
+from studio.runs import RunManager
+from studio.trainer_process import TRAINER_PRELOAD, TRAINER_START_METHOD
 
 CONFIG = {"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 1000, "seed": 1}
 

@@ -16,12 +16,13 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from studio import runs_tab, views
+from studio import compare, runs_tab, views
 from studio.history import RunState
 from studio.runs import RunError, RunManager
-from studio.ui import Studio
+from studio.callbacks import Studio
 from test_studio_runs import CONFIG, fake_endless_trainer, fake_trainer, wait_for
-from trainer.run.run_dir import MAX_RUN_NAME_CHARS, NOTES_FILE, RunNotes, create_run_dir, write_config
+from trainer.run.layout import NOTES_FILE, create_run_dir, write_config
+from trainer.run.notes import MAX_RUN_NAME_CHARS, RunNotes
 
 SKIP = gr.skip()
 
@@ -265,14 +266,14 @@ def test_the_config_diff_lists_only_the_keys_that_differ():
         snapshot("b", "finished", {**base, "learning_rate": 1e-3, "checkpoint": {"keep": 5, "interval": 10}}, 2.0),
         snapshot("c", "finished", {**base, "vector_env": True}, 3.0),
     ]
-    headers, rows = runs_tab.config_diff(runs)
+    headers, rows = compare.config_diff(runs)
     assert headers == ["key", "a", "b", "c"]
     assert rows == [
         ["checkpoint.keep", "3", "5", "3"],
         ["learning_rate", "0.0003", "0.001", "0.0003"],
-        ["vector_env", runs_tab.ABSENT, runs_tab.ABSENT, "true"],
+        ["vector_env", compare.ABSENT, compare.ABSENT, "true"],
     ]
-    assert runs_tab.config_diff(runs[:1])[1] == [] and runs_tab.config_diff([runs[0], runs[0]])[1] == []
+    assert compare.config_diff(runs[:1])[1] == [] and compare.config_diff([runs[0], runs[0]])[1] == []
 
 
 def test_compare_warns_when_the_games_differ(tmp_path):

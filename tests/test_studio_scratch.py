@@ -31,7 +31,7 @@ def test_onnx_exports_go_into_each_studios_own_scratch_folder(tmp_path, monkeypa
     from studio.uploads import keep_uploads_in
     from trainer.config.keys import config_from_dict
     from trainer.run.loop import train
-    from trainer.run.run_dir import create_run_dir
+    from trainer.run.layout import create_run_dir
 
     run_dir = create_run_dir(config_from_dict(TINY), tmp_path / "runs")
     train(config_from_dict(TINY), run_dir)
@@ -103,3 +103,26 @@ def test_uploads_stay_in_the_studios_scratch_folder_and_are_bounded(tmp_path, mo
     assert not any(path.exists() for path in kept), "uploads outlived their studio"
     left = [entry.name for entry in temp.iterdir() if entry.name.startswith(("rl-studio-", "gradio"))]
     assert left == [], f"the studios left {left} in the temp folder"
+
+
+def test_the_upload_folder_is_bounded_as_a_whole_the_oldest_uploads_make_room(tmp_path):
+    """Uploads at the per-request limit cannot fill the disk: past FOLDER_UPLOADS uploads' worth
+    the oldest (over a minute old) are removed, and when only fresh ones remain the next is refused."""
+    import os
+    import time
+
+    from studio.uploads import IN_USE_SECONDS, make_room
+
+    folder = tmp_path / "gradio"
+    (folder / "a").mkdir(parents=True)
+    now = time.time()
+    for index in range(4):
+        path = folder / "a" / f"upload{index}.pth"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (now - 3600 + index, now - 3600 + index))     # an hour old, oldest first
+    assert make_room(folder, 1500, 3000, now)                         # 1500 fits once 3 of the 4 went
+    assert sorted(p.name for p in (folder / "a").iterdir()) == ["upload3.pth"]       # oldest first
+    fresh = folder / "a" / "fresh.pth"
+    fresh.write_bytes(b"x" * 2900)
+    assert not make_room(folder, 1000, 3000, time.time())             # only a fresh one left: refused
+    assert fresh.exists() and time.time() - fresh.stat().st_mtime < IN_USE_SECONDS

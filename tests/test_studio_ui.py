@@ -16,9 +16,11 @@ import gradio as gr
 import pytest
 import torch
 
+from studio.callbacks import Studio
 from studio.form import FORM_FIELDS, form_values, tuned_config
+from studio.handlers import DOWNLOAD_KINDS
+from studio.http_api import merged_settings
 from studio.runs import RunManager
-from studio.ui import DOWNLOAD_KINDS, Studio, merged_settings
 from test_studio_runs import CONFIG, fake_endless_trainer, fake_trainer, wait_for
 
 KEYS = [form_field.key for form_field in FORM_FIELDS]

@@ -35,7 +35,7 @@ from studio.form import (
 from studio.runs import GifInfo, RunState
 from studio.system import SystemMonitor, parse_nvidia_smi
 from trainer.config.keys import CheckpointConfig, ConfigError, TrainConfig, config_from_dict
-from trainer.run.run_dir import run_size_bytes
+from trainer.run.retention import run_size_bytes
 
 
 def metrics_events(count: int, start_step: int = 0) -> list[dict]:
@@ -194,7 +194,9 @@ def test_batch_note_explains_the_batch_arithmetic():
 
 
 def test_every_trainer_key_is_in_the_form_or_explained():
-    keys = {f.name for f in dataclasses.fields(TrainConfig) if f.name != "checkpoint"}
+    from trainer.config.keys import key_names
+
+    keys = {name for name in key_names() if name != "checkpoint"}     # the shared keys and every algorithm's own
     keys |= {f"checkpoint.{f.name}" for f in dataclasses.fields(CheckpointConfig)}
     covered = {form_field.key for form_field in FORM_FIELDS} | set(NOT_IN_FORM)
     assert keys == covered

@@ -4,8 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "num_envs=8", "--set", "num_steps=16", "--set", "mini_batch_size=32", "--set", "gif_interval=0",
         "--set", "update_epochs=1", "--set", "device=cpu"]
@@ -76,14 +74,15 @@ def test_resume_of_a_missing_run_is_an_error(tmp_path):
 
 
 def test_guide_style_flappy_bird_yaml_runs_as_is(tmp_path):
-    pytest.importorskip("envs.flappy_bird")
+    from envs.flappy_bird import FlappyBirdVecEnv  # our own game: if it does not import, this fails
+
     # Exactly the guide's file; only the budget is cut to one update (64 envs x 128 steps).
     completed = run_cli("--config", "configs/train_flappy_bird.yaml", "--set", "total_timesteps=8192",
                         "--set", "gif_interval=0", "--runs-dir", str(tmp_path))
     assert completed.returncode == 0, completed.stderr
     assert "needs no vector_env" in completed.stdout
     run_dir = only_run_dir(tmp_path)
-    assert run_dir.name.startswith("flappy_bird-ppo-small-")
+    assert run_dir.name.startswith(f"{FlappyBirdVecEnv.name}-ppo-small-")
     assert (run_dir / "flappy_bird_ppo_final.pth").is_file()
 
 

@@ -93,7 +93,8 @@ def _write_update_data(path: Path) -> None:
     """A network and a batch of 256 samples whose ratios fall inside and outside the clip range."""
     import gymnasium
 
-    from trainer.nets.models import build_policy, make_policy_spec
+    from trainer.nets.policies import build_policy
+    from trainer.nets.spec import make_policy_spec
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2), False)
     torch.manual_seed(3)
@@ -108,7 +109,7 @@ def _write_update_data(path: Path) -> None:
 
 
 def _load_update_data(path: Path, rows: slice = slice(None)):
-    from trainer.nets.models import build_policy
+    from trainer.nets.policies import build_policy
     from trainer.algos.ppo import UpdateBatch
 
     saved = torch.load(path, weights_only=True)

@@ -21,7 +21,8 @@ from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_mode
 from trainer.config.keys import ConfigError, config_from_dict
 from trainer.serving.evaluate import evaluate
 from trainer.run.loop import train
-from trainer.nets.models import build_policy, make_policy_spec
+from trainer.nets.policies import build_policy
+from trainer.nets.spec import make_policy_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "SDL_VIDEODRIVER": "dummy"}
@@ -143,8 +144,27 @@ def test_a_zip_bomb_pth_is_refused_before_it_is_inflated(tmp_path):
 
 
 def test_a_real_checkpoint_passes_the_bounds(tmp_path):
-    path = model_file(tmp_path / "model.pth", {"env_name": "cartpole"})
-    assert load_model(path).predict(np.zeros(4, dtype=np.float32))[0] in (0, 1)
+    """The bounds refuse no honest file: a model loads with exactly the weights it was saved with,
+    and plays as the saved network does (its greedy actions, both of them, on 256 observations)."""
+    spec = make_policy_spec("ppo-small", gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    torch.manual_seed(0)
+    saved = build_policy(spec)
+    with torch.no_grad():
+        for parameter in saved.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))   # far from any fresh init
+    path = model_file(tmp_path / "model.pth", {"env_name": "cartpole"}, state=saved.state_dict())
+    model = load_model(path)
+    loaded = model.policy.state_dict()
+    assert loaded.keys() == saved.state_dict().keys()
+    for name, tensor in saved.state_dict().items():
+        torch.testing.assert_close(loaded[name], tensor, rtol=0, atol=0, msg=name)
+    obs = torch.randn(256, 4, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = saved.actor(obs).argmax(-1).numpy()
+    actions, _ = model.predict(obs.numpy())
+    np.testing.assert_array_equal(actions, expected)
+    assert set(expected.tolist()) == {0, 1}, "a network that plays one action would prove nothing"
+    assert model.predict(obs[7].numpy())[0] == expected[7]
 
 
 # -- 3. disk full is an error, not a warning -----------------------------------------------------

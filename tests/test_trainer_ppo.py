@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.nets.models import FoldedMLP, build_policy, make_policy_spec
+from trainer.nets.fast_forward import FoldedMLP
+from trainer.nets.policies import build_policy
+from trainer.nets.spec import make_policy_spec
 from trainer.nets.normalization import RunningMeanStd
 from trainer.algos.ppo import Adam, compute_gae
 
@@ -36,6 +38,21 @@ def test_gae_matches_the_textbook_loop():
     expected = reference_gae(rewards.numpy(), values.numpy(), dones.numpy(), last_value.numpy(), 0.97, 0.9)
     np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(returns.numpy(), expected + values.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_gae_on_a_three_step_rollout_worked_by_hand():
+    """gamma = lambda = 0.5; env 0's episode ends with step 1, env 1's runs on.
+    env 0: delta = (1 + .5*1 - .5, 2 - 1, 3 + .5*2 - 1.5) = (1, 1, 2.5), the done cuts the chain at
+           step 1: A = (1 + .25*1, 1, 2.5) = (1.25, 1, 2.5).
+    env 1: delta = (1 + .5*1 - .5, 2 + .5*1.5 - 1, 2.5) = (1, 1.75, 2.5):
+           A_2 = 2.5, A_1 = 1.75 + .25*2.5 = 2.375, A_0 = 1 + .25*2.375 = 1.59375.
+    returns = A + V."""
+    rewards = torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    values = torch.tensor([[0.5, 0.5], [1.0, 1.0], [1.5, 1.5]])
+    dones = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    advantages, returns = compute_gae(rewards, values, dones, torch.tensor([2.0, 2.0]), 0.5, 0.5)
+    assert advantages.tolist() == [[1.25, 1.59375], [1.0, 2.375], [2.5, 2.5]]
+    assert returns.tolist() == [[1.75, 2.09375], [2.0, 3.375], [4.0, 4.0]]
 
 
 def test_flat_adam_matches_torch_adam_and_clips_the_global_norm():
@@ -114,7 +131,7 @@ def test_the_folded_mlp_follows_the_activation_table():
         obs = 3 * torch.randn(200, 7)
         with torch.no_grad():
             torch.testing.assert_close(FoldedMLP(mlp)(obs), mlp(obs), rtol=1e-4, atol=1e-5)
-    from trainer.nets.models import UnsupportedNetwork
+    from trainer.nets.activations import UnsupportedNetwork
 
     with pytest.raises(UnsupportedNetwork, match=r"layer 1 \(Sigmoid\(\)\).*Tanh, ReLU"):
         FoldedMLP(torch.nn.Sequential(torch.nn.Linear(7, 16), torch.nn.Sigmoid(), torch.nn.Linear(16, 3)))
@@ -160,12 +177,37 @@ def test_gaussian_head_log_prob_entropy_and_clipping():
 
 
 def test_cnn_policy_for_grid_and_image_observations():
-    for shape in [(3, 12, 12), (84, 84, 3), (12, 12), (2, 84, 84)]:
-        space = gymnasium.spaces.Box(0, 1, shape)
-        policy = build_policy(make_policy_spec("ppo-cnn", space, gymnasium.spaces.Discrete(4)))
-        actions, log_probs, values = policy.act(torch.rand(5, *shape))
-        assert actions.shape == (5,) and values.shape == (5,)
-    from trainer.nets.models import ModelError
+    """Every layout is read as the (C, H, W) network it is: a policy for (H, W, C) images or (H, W)
+    grids, given the weights of the (C, H, W) one, gives exactly its outputs on the same pixels
+    (a reshape instead of a transpose keeps the shapes but not the values). Sampled actions'
+    log-probabilities are the softmax's, and pixels in 0..255 are scaled to 0..1."""
+    torch.manual_seed(0)
+    discrete = gymnasium.spaces.Discrete(4)
+
+    def cnn(shape, high=1.0, dtype=np.float32):
+        return build_policy(make_policy_spec("ppo-cnn", gymnasium.spaces.Box(0, high, shape, dtype), discrete))
+
+    policies = {}
+    for chw, shape, to_chw in [((3, 84, 84), (84, 84, 3), lambda x: x.permute(0, 3, 1, 2)),
+                               ((1, 12, 12), (12, 12), lambda x: x.unsqueeze(1)),
+                               ((2, 84, 84), (2, 84, 84), lambda x: x),
+                               ((3, 12, 12), (3, 12, 12), lambda x: x)]:
+        reference = trained_looking(cnn(chw), scale=0.05)
+        policy = policies[shape] = reference if shape == chw else cnn(shape)
+        policy.load_state_dict(reference.state_dict())
+        obs = torch.rand(5, *shape)
+        with torch.no_grad():
+            actions, log_probs, values = policy.act(obs, torch.Generator().manual_seed(1))
+            torch.testing.assert_close(values, reference.value(to_chw(obs)))
+            logits = reference.actor(reference.torso(to_chw(obs)))
+        torch.testing.assert_close(log_probs, logits.log_softmax(-1).gather(1, actions.unsqueeze(1)).squeeze(1))
+        assert logits.std(0).max() > 1e-3, f"{shape}: the observations must matter"
+    pixels, unit = cnn((84, 84, 3), high=255, dtype=np.uint8), policies[(84, 84, 3)]
+    pixels.load_state_dict(unit.state_dict())
+    obs = torch.randint(0, 256, (5, 84, 84, 3)).float()
+    with torch.no_grad():
+        torch.testing.assert_close(pixels.value(obs), unit.value(obs / 255))
+    from trainer.nets.spec import ModelError
 
     with pytest.raises(ModelError, match="ppo-small"):
         make_policy_spec("ppo-cnn", gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
@@ -300,14 +342,18 @@ def test_the_reference_loss_is_the_clipped_surrogate_value_loss_and_entropy_bonu
 
 def test_the_written_out_gradient_only_for_networks_it_derives_from():
     from trainer.algos import ppo_fast as mlp_grad
-    from trainer.algos.ppo import Adam
+    from trainer.algos.ppo import choose_gradient
+
+    def chosen(policy, **changes) -> str:
+        return choose_gradient(policy, settings_for(**changes)).func.__name__
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (5,)), gymnasium.spaces.Discrete(3))
-    assert Adam(build_policy(spec)).written_out is not None
+    assert chosen(build_policy(spec)) == "_written_out_gradient"
+    assert chosen(build_policy(spec), clip_vloss=True) == "_autograd_gradient"   # it has no clipped value loss
     # An activation without an entry in the table: autograd, and the rollout uses the module.
     policy = build_policy(spec)
     policy.actor[1] = torch.nn.Sigmoid()
-    assert mlp_grad.structure_of(policy) is None and Adam(policy).written_out is None
+    assert mlp_grad.structure_of(policy) is None and chosen(policy) == "_autograd_gradient"
     assert policy.sampler().actor is None
     obs, actions = torch.randn(50, 5), torch.randint(0, 3, (50,))
     with torch.no_grad():

@@ -2,7 +2,8 @@
 import torch
 
 from envs.cartpole import CartPoleVecEnv
-from trainer.nets.models import build_policy, make_policy_spec
+from trainer.nets.policies import build_policy
+from trainer.nets.spec import make_policy_spec
 from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
 
 

@@ -11,7 +11,7 @@ from studio.watch import LivePlayer, WatchError, frame_html, stream_frames
 from trainer.run.checkpoint import atomic_save, read_checkpoint
 from trainer.config.keys import config_from_dict
 from trainer.run.loop import train
-from trainer.run.run_dir import create_run_dir, write_config
+from trainer.run.layout import create_run_dir, write_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

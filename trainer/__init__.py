@@ -1,4 +1,5 @@
-"""RL Studio's training engine: PPO / A2C on batched environments, headless or in the studio.
+"""RL Studio's training engine: PPO / A2C (or any registered algorithm) on batched environments,
+headless or in the studio.
 
     from trainer import PPO
     model = PPO("cartpole", num_envs=64).learn(total_timesteps=200_000)
@@ -11,15 +12,21 @@
     from trainer import load_config, train
     result = train(load_config("configs/cartpole.yaml"), "runs/my-run")
 
-Imports are lazy: `import trainer` costs nothing until a name is used.
+`import trainer` registers the built-in algorithms (their names and config keys, no torch:
+trainer/algos/registry.py), so that every entry point validates configs with them; everything
+else is imported when a name is used.
 """
 from __future__ import annotations
 
-__all__ = ["PPO", "A2C", "load_model", "load_config", "train", "TrainConfig", "ConfigError", "CheckpointError"]
+from trainer.algos import registry as _registry  # noqa: F401 (registers ppo and a2c)
+
+__all__ = ["PPO", "A2C", "api_class", "load_model", "load_config", "train", "TrainConfig", "ConfigError",
+           "CheckpointError"]
 
 _LOCATIONS = {
     "PPO": "trainer.api",
     "A2C": "trainer.api",
+    "api_class": "trainer.api",
     "load_model": "trainer.run.checkpoint",
     "CheckpointError": "trainer.run.checkpoint",
     "load_config": "trainer.config.defaults",

@@ -6,7 +6,7 @@
     python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details]
     python -m trainer serve runs/<run_id> [--host 127.0.0.1] [--port 8000] [--api-key KEY]
     python -m trainer --config configs/cartpole.yaml --nproc 2      (torch's elastic launcher)
-    python -m trainer master --config cluster.yaml / worker --master HOST:54321  (docs/readme/cluster.md)
+    python -m trainer master --config cluster.yaml / worker --master HOST:54321  (docs/cluster.md)
     torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
 
 Ctrl-C stops after the current update and saves a checkpoint and the final model (press it
@@ -25,7 +25,7 @@ SUBCOMMANDS = """other commands (each has its own --help):
   python -m trainer evaluate MODEL.pth   play a trained model; mean and std of return and score
   python -m trainer export RUN_DIR       write the policy as ONNX (--onnx agent.onnx)
   python -m trainer serve RUN_DIR        serve the policy over HTTP (FastAPI)
-  python -m trainer master --config F    host an elastic cluster run (docs/readme/cluster.md)
+  python -m trainer master --config F    host an elastic cluster run (docs/cluster.md)
   python -m trainer worker --master H:P  join a cluster run"""
 
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("export", "serve"):
         import importlib  # each one's parser and command live beside the code it runs
 
-        return importlib.import_module(f"trainer.{argv[0]}").command(argv[1:])
+        return importlib.import_module(f"trainer.serving.{argv[0]}").command(argv[1:])
     if argv and argv[0] in ("master", "worker", "_rank"):  # the elastic cluster: trainer/cluster/launch.py
         from trainer.cluster import launch
         return getattr(launch, f"{argv[0].lstrip('_')}_command")(argv[1:])
@@ -132,6 +132,7 @@ def train_command(argv: list[str]) -> int:
     from trainer.config.keys import ConfigError, require_code_permission
     from trainer.config.defaults import load_config
     from trainer.config.preflight import check_run_fits, check_writable_folder
+    from trainer.run import layout
 
     if args.metrics_port is not None:  # before any folder is made: a refused start leaves nothing behind
         from trainer.serving.bind import PublicBindError
@@ -149,7 +150,7 @@ def train_command(argv: list[str]) -> int:
             print(f"error: --resume {args.resume}: no such run directory", file=sys.stderr)
             return EXIT_USAGE
         if config_path is None:
-            config_path = run_dir / "config.yaml"
+            config_path = layout.config_path(run_dir)
             if not config_path.is_file():
                 print(f"error: {config_path} is missing, so the run's config is unknown; pass --config too",
                       file=sys.stderr)
@@ -185,7 +186,8 @@ def train_command(argv: list[str]) -> int:
         return launch_here(config, args, ranks_wanted(config, args.nproc))
     from trainer.run.ranks import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.run.loop import train
-    from trainer.run.run_dir import RunOwnedError, create_run_dir
+    from trainer.run.layout import create_run_dir
+    from trainer.run.owner import RunOwnedError
     from trainer.run.setup import device_type
 
     context = setup_distributed(config.backend, device_type(config))
@@ -236,7 +238,7 @@ def train_command(argv: list[str]) -> int:
     except Exception as error:  # noqa: BLE001 - reported as an event and in train.log already
         from trainer.run.storage import failure_message
 
-        print(f"error: training failed: {failure_message(error, run_dir)} (details in {run_dir / 'train.log'})",
+        print(f"error: training failed: {failure_message(error, run_dir)} (details in {layout.log_path(run_dir)})",
               file=sys.stderr)
         return EXIT_FAILED
     finally:

@@ -21,6 +21,9 @@ metrics.jsonl, train.log, checkpoints, GIFs, a final model after each `learn`).
 `learn(total_timesteps)` trains that many *more* steps (SB3's `reset_num_timesteps=False`): the
 env, optimiser, counters and random streams carry on, and with `anneal_lr` the learning rate
 decays over the new horizon (steps so far + total_timesteps) from where it is.
+
+Every registered algorithm (trainer/algos/registry.py) has a class: `PPO` and `A2C` here, any
+other from `api_class("name")`; `Model.load(path)` gives the class of the algorithm the file names.
 """
 from __future__ import annotations
 
@@ -29,27 +32,32 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer.run.checkpoint import TrainedModel, atomic_save, read_checkpoint
-from trainer.config.keys import (ConfigError, TrainConfig, config_from_dict, field_names, merge_settings,
+from trainer.algos.registry import registration
+from trainer.config.keys import (ConfigError, TrainConfig, config_from_dict, key_names, merge_settings,
                             require_code_permission)
 from trainer.config.defaults import shipped_config, untuned_defaults
 from trainer.run.events import EventBus, LogSink, ProgressBarSink
-from trainer.run.loop import TrainingSession, open_run_dir, report_failure
+from trainer.run.loop import TrainingSession, report_failure
 from trainer.run.resume import checkpoint_payload, restore
-from trainer.run.run_dir import RunOwner, take_ownership
+from trainer.run.setup import open_run_dir
+from trainer.run.owner import RunOwner, take_ownership
 
 # callback(metrics event, model) -> False stops training; None / True go on
-Callback = Callable[[dict, "PPO"], "bool | None"]
+Callback = Callable[[dict, "Model"], "bool | None"]
 
 
-class PPO:
-    """Proximal Policy Optimisation on any env the studio can train, from Python."""
+class Model:
+    """An algorithm trained from Python on any env the studio can train. `PPO`, `A2C` and the
+    classes of `api_class` each train one `algo`; `Model.load` takes it from the file."""
 
-    algo = "ppo"
+    algo: str | None = None
 
     def __init__(self, env: Any = "cartpole", *, run_dir: str | Path | None = None,
                  verbose: int = 0, **settings: Any):
         """env: see the module docstring. run_dir: None (nothing written) or a run folder.
         verbose: 1 prints the `[STEP n] ...` log lines. settings: YAML keys (`num_envs=128`)."""
+        if type(self).algo is None:
+            raise TypeError("Model trains no algorithm of its own: use PPO, A2C or api_class(name)")
         settings = self._settings(settings)
         env_factory = None
         if isinstance(env, str):
@@ -81,13 +89,13 @@ class PPO:
         algo = settings.pop("algo", cls.algo)
         if algo != cls.algo:
             raise ConfigError(f"{cls.__name__}(...) trains algo {cls.algo!r}, got algo={algo!r}; use "
-                              f"{'A2C' if algo == 'a2c' else 'PPO'}(...) instead")
+                              f"{_class_name(algo)}(...) instead")
         return {**settings, "algo": cls.algo}
 
     # -- training -----------------------------------------------------------------------------------
 
     def learn(self, total_timesteps: int, callback: Callback | list[Callback] | None = None,
-              progress_bar: bool = False) -> "PPO":
+              progress_bar: bool = False) -> "Model":
         """Train `total_timesteps` more environment steps (rounded up to whole updates).
         callback(metrics, model) runs after every update; returning False stops training."""
         if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int) or total_timesteps < 1:
@@ -134,26 +142,33 @@ class PPO:
 
     def save(self, path: str | Path) -> Path:
         """A weights-only `.pth` (the trainer's checkpoint format: `load_model(path)` plays it,
-        `PPO.load(path)` continues training it exactly)."""
+        `<class>.load(path)` continues training it exactly)."""
         return atomic_save(checkpoint_payload(self._live_session()), Path(path))
 
     @classmethod
     def load(cls, path: str | Path, env: Any = None, *, run_dir: str | Path | None = None,
-             allow_custom_code: bool = False, **settings: Any) -> "PPO":
+             allow_custom_code: bool = False, **settings: Any) -> "Model":
         """A model saved by `save()` (or any trainer checkpoint / final model), ready to predict
         or learn on. env: the env to learn on (default: the saved env_name; pass the same factory
         or VecEnv for a model trained on one). settings override the saved config.
         allow_custom_code: a file is data, so a saved `module:Class` env or wrapper is imported
-        only when this is True (built-ins and registered Gymnasium ids always load)."""
+        only when this is True (built-ins and registered Gymnasium ids always load).
+        `Model.load` builds the class of the file's algorithm (registered in this process)."""
         payload = read_checkpoint(path)
         saved = dict(payload.get("config") or {})
         from_file = {"env_name": saved.get("env_name") if env is None else None,
                      "wrappers": saved.get("wrappers") if "wrappers" not in settings else None}
-        require_code_permission(from_file, allow_custom_code, str(path), "PPO.load(..., allow_custom_code=True)")
-        saved_algo = saved.pop("algo", cls.algo)
+        require_code_permission(from_file, allow_custom_code, str(path),
+                                f"{cls.__name__}.load(..., allow_custom_code=True)")
+        saved_algo = str(saved.pop("algo", None) or payload.get("algo") or "ppo")
+        if cls.algo is None:
+            try:
+                cls = api_class(saved_algo)
+            except ValueError as error:
+                raise ConfigError(f"{path} was trained with algo {saved_algo!r}: {error}") from None
         if saved_algo != cls.algo:
             raise ConfigError(f"{path} was trained with algo {saved_algo!r}; load it with "
-                              f"{'A2C' if saved_algo == 'a2c' else 'PPO'}.load")
+                              f"{_class_name(saved_algo)}.load (or Model.load)")
         base = merge_settings(saved, settings)
         if env is None:
             env = base.pop("env_name", "cartpole")
@@ -162,7 +177,7 @@ class PPO:
             for name in ("num_envs", "device", "gif_interval", "batch_size", "num_minibatches"):
                 if name not in settings and not isinstance(env, str):
                     base.pop(name, None)  # taken from the env object given
-        model = cls(env, run_dir=run_dir, **{name: value for name, value in base.items() if name in field_names()})
+        model = cls(env, run_dir=run_dir, **{name: value for name, value in base.items() if name in key_names()})
         session = model._live_session()
         if session.device.type != "cpu":
             payload = read_checkpoint(path, map_location=session.device)
@@ -201,7 +216,7 @@ class PPO:
             self._owner.release(self.run_dir)
             self._owner = None
 
-    def __enter__(self) -> "PPO":
+    def __enter__(self) -> "Model":
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -209,7 +224,8 @@ class PPO:
 
     def _live_session(self) -> TrainingSession:
         if self._session is None:
-            raise RuntimeError(f"this {type(self).__name__} was closed; make a new one or PPO.load a saved one")
+            raise RuntimeError(f"this {type(self).__name__} was closed; make a new one or "
+                               f"{type(self).__name__}.load a saved one")
         return self._session
 
     def __repr__(self) -> str:
@@ -217,10 +233,39 @@ class PPO:
                 f"num_envs={self.config.num_envs}, steps={self._session.global_step if self._session else '-'})")
 
 
-class A2C(PPO):
-    """Advantage Actor-Critic: one unclipped pass over each rollout (algo a2c)."""
+class PPO(Model):
+    """Proximal Policy Optimisation (algo ppo): clipped surrogate, several epochs per rollout."""
+
+    algo = "ppo"
+
+
+class A2C(Model):
+    """Advantage Actor-Critic (algo a2c): one unclipped pass over each rollout."""
 
     algo = "a2c"
+
+
+_CLASSES: dict[object, type[Model]] = {}   # by registration: a name registered again gets a class of its own
+
+
+def api_class(algo: str) -> type[Model]:
+    """The class that trains a registered algorithm: `api_class("reinforce")("cartpole").learn(...)`
+    (PPO and A2C for theirs). ValueError for a name that is not registered."""
+    found = registration(algo)
+    if found.name in ("ppo", "a2c"):
+        return PPO if found.name == "ppo" else A2C
+    if found not in _CLASSES:
+        _CLASSES[found] = type(found.class_name, (Model,), {"algo": found.name, "__module__": __name__,
+                                                            "__doc__": found.summary or found.name})
+    return _CLASSES[found]
+
+
+def _class_name(algo: Any) -> str:
+    """What to call the class of `algo` in a message (api_class(...) for a name not registered)."""
+    try:
+        return api_class(algo).__name__
+    except ValueError:
+        return f"api_class({str(algo)[:40]!r})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +348,7 @@ class _CallbackSink:
     A callback's exception stops training and is raised again by learn() (the event bus would
     otherwise only detach a failing sink)."""
 
-    def __init__(self, callbacks: list[Callback], model: PPO):
+    def __init__(self, callbacks: list[Callback], model: Model):
         self.callbacks, self.model = callbacks, model
         self.stop = False
         self.error: BaseException | None = None

@@ -1,48 +1,122 @@
-"""PPO (Schulman et al. 2017) and A2C as its one-epoch, unclipped special case.
+"""PPO (Schulman et al. 2017) and A2C as its one-epoch, unclipped special case, read top to bottom:
 
-Read top to bottom, this is the algorithm:
-
-1. `compute_gae`: advantages by Generalised Advantage Estimation (Schulman et al. 2016),
+1. `PPO`, the algorithm the loop runs (trainer/algos/base.py), per update:
+   `collect`: a rollout of `num_steps` from every env (trainer/algos/rollout.py), scored with
+   pi_old(a|s) and V_old(s), then advantages and returns by GAE;
+   `update`: `ppo_update` on it. `A2C` is the same with one unclipped pass.
+2. `compute_gae`: advantages by Generalised Advantage Estimation (Schulman et al. 2016),
    returns = advantages + values.
-2. `ppo_loss`: the loss of one minibatch, as the paper writes it (its eq. 9, to minimise):
+3. `ppo_update`: for `update_epochs` passes over the batch, in minibatches, with per-minibatch
+   advantage normalisation, global gradient-norm clipping and an optional early stop once the
+   approximate KL divergence of an epoch passes `target_kl`. With `use_per`, minibatches are
+   drawn in proportion to |A|^alpha and the value loss is weighted by importance weights
+   (N P(i))^-beta / max (prioritised replay, Schaul et al. 2016, applied to one rollout).
+   `ppo_loss`: the loss of one minibatch, as the paper writes it (its eq. 9, to minimise):
        ratio      = pi(a|s) / pi_old(a|s)
        policy     = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)      (a2c: -ratio * A)
        value      = 0.5 * (V(s) - R)^2                      (optionally clipped around V_old)
        loss       = policy - ent_coef * entropy + vf_coef * value
-   It is the reference: for the MLP policies the update takes the same gradient written out
-   (trainer/algos/ppo_fast.py: a minibatch step about 1.6x faster on a CPU), and tests/test_trainer_ppo.py holds
-   that gradient to autograd's gradient of this loss.
-   `ppo_update`: for `update_epochs` passes over the batch, in minibatches, with
-   per-minibatch advantage normalisation, global gradient-norm clipping and an optional
-   early stop once the approximate KL divergence of an epoch passes `target_kl`.
-   With `use_per`, minibatches are drawn in proportion to |A|^alpha and the value loss is
-   weighted by importance weights (N P(i))^-beta / max (prioritised replay, Schaul et al. 2016,
-   applied to one rollout).
-3. `Adam`: the optimiser, written out here over one flat parameter vector. Two reasons: one
-   tensor makes each step a handful of kernel launches instead of a handful per layer (small
-   networks are launch-bound on CPU), and constructing `torch.optim.Adam` imports
-   `torch._dynamo`, which adds about a second to every launch.
+4. `choose_gradient`: how its gradient is computed, decided once per network: autograd on
+   `ppo_loss`, or for the MLP policies the same gradient written out (trainer/algos/ppo_fast.py:
+   a minibatch step about 1.6x faster on a CPU; tests/test_trainer_ppo.py holds it to autograd).
 
-Everything stays on the device; the only host syncs are one `.tolist()` of the statistics at
-the end of an update (plus one per epoch when `target_kl` is set).
+The keys it reads are declared in trainer/algos/ppo_settings.py; the optimiser is
+trainer/algos/adam.py. Everything stays on the device; the only host syncs are one `.tolist()`
+of the statistics at the end of an update (plus one per epoch when `target_kl` is set).
 """
 from __future__ import annotations
 
+import functools
 import math
-import operator
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from trainer.algos import ppo_fast as mlp_grad
-if TYPE_CHECKING:
-    from trainer.config.keys import TrainConfig
+from trainer.algos import ppo_fast
+from trainer.algos.adam import Adam, OptimizerError  # noqa: F401 (OptimizerError: re-exported)
+from trainer.algos.base import Algorithm, Progress, Setup
+from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_SUMMARY, PPOKeys, UpdateBatch, UpdateSettings, check_a2c
+from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
+from trainer.config.metrics import update_stat_names
+from trainer.nets.normalization import RewardScaler
+from trainer.nets.policies import build_policy
+
+UPDATE_STAT_NAMES = update_stat_names("ppo")  # declared in trainer/config/metrics.py, in the order stacked below
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. Advantages
+# 1. The algorithm
+
+
+class PPO(Algorithm):
+    """Proximal Policy Optimisation: collect a rollout, then `update_epochs` passes over it."""
+
+    summary = PPO_SUMMARY
+    keys = PPOKeys
+    metric_names = (*UPDATE_STAT_NAMES, "explained_variance", "gradient_steps")
+    unclipped = False
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        config, device = setup.config, setup.device
+        self.policy = build_policy(setup.policy_spec).to(device)
+        if setup.broadcast is not None:
+            setup.broadcast(self.policy)  # every rank starts from rank 0's weights
+        self.optimizer = Adam(self.policy)
+        self.settings = UpdateSettings.from_config(config, unclipped=self.unclipped)
+        self.gradient = choose_gradient(self.policy, self.settings)
+        self.reward_scaler = RewardScaler(config.num_envs, config.gamma, device) if config.norm_reward else None
+        self.buffer = RolloutBuffer.allocate(config.num_steps, config.num_envs, tuple(setup.policy_spec["obs_shape"]),
+                                             self.policy, device)
+        self.steps_per_update = config.batch_size
+        self.batch: UpdateBatch | None = None
+
+    def start(self, obs: Tensor) -> None:
+        if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
+            self.policy.obs_normalizer.accumulate(obs)
+            self.policy.obs_normalizer.commit(self.setup.reduce_sum)
+
+    def collect(self, obs: Tensor, progress: Progress) -> Tensor:
+        """num_steps from every env, scored with the current network, then GAE."""
+        setup, policy, buffer = self.setup, self.policy, self.buffer
+        obs = collect_rollout(setup.env, policy, buffer, obs, setup.generator, self.reward_scaler)
+        score_rollout(policy, buffer, setup.config.gamma)
+        with torch.no_grad():
+            last_value = policy.value(policy.normalize_obs(obs))
+        advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.dones, last_value,
+                                          setup.config.gamma, self.settings.gae_lambda)
+        if policy.obs_normalizer is not None:
+            policy.obs_normalizer.commit(setup.reduce_sum)
+        if self.reward_scaler is not None:
+            self.reward_scaler.return_stats.commit(setup.reduce_sum)
+        self.batch = buffer.flatten(advantages, returns)
+        return obs
+
+    def update(self, progress: Progress) -> dict:
+        return ppo_update(self.policy, self.optimizer, self.batch, self.settings, progress.learning_rate,
+                          self.setup.generator, self.setup.reduce_mean, self.gradient)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(),
+                "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and state.get("reward_scaler") is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
+
+class A2C(PPO):
+    """Advantage Actor-Critic: PPO's update with one unclipped pass over each rollout."""
+
+    summary = A2C_SUMMARY
+    unclipped = True
+    check_config = staticmethod(check_a2c)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Advantages
 
 
 def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor,
@@ -65,67 +139,16 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. The update
+# 3. The update
 
 
-@dataclass
-class UpdateBatch:
-    """One rollout flattened to (batch_size, ...)."""
-
-    obs: Tensor
-    actions: Tensor
-    log_probs: Tensor
-    advantages: Tensor
-    returns: Tensor
-    values: Tensor
-
-    def take(self, rows: Tensor) -> "UpdateBatch":
-        """The samples at `rows` (a copy)."""
-        return UpdateBatch(*(tensor[rows] for tensor in self._fields()))
-
-    def slice(self, start: int, stop: int) -> "UpdateBatch":
-        """Samples start..stop-1 (views, no copy)."""
-        return UpdateBatch(*(tensor[start:stop] for tensor in self._fields()))
-
-    def _fields(self) -> tuple[Tensor, ...]:
-        return self.obs, self.actions, self.log_probs, self.advantages, self.returns, self.values
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """What the update reads from the config: each field is the TrainConfig key of the same
-    name (see trainer/config/keys.py for what it means), plus `unclipped`."""
-
-    update_epochs: int
-    mini_batch_size: int
-    clip_coef: float
-    clip_vloss: bool
-    norm_adv: bool
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    target_kl: float | None
-    unclipped: bool            # a2c: the plain policy gradient, no clipping
-    use_per: bool
-    per_alpha: float
-    per_beta: float
-
-    @classmethod
-    def from_config(cls, config: "TrainConfig") -> "UpdateSettings":
-        """The settings of a validated config, taken by name (a key renamed in the config fails
-        here, loudly, instead of being listed twice)."""
-        values = {field.name: getattr(config, field.name) for field in fields(cls) if field.name != "unclipped"}
-        return cls(**values, unclipped=config.algo == "a2c")
-
-
-UPDATE_STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-
-
-def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, settings: UpdateSettings,
+def ppo_update(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, settings: UpdateSettings,
                learning_rate: float, generator: torch.Generator,
-               reduce_gradients: Callable[[Tensor], None] | None = None) -> dict[str, float]:
+               reduce_gradients: Callable[[Tensor], None] | None = None,
+               gradient: Gradient | None = None) -> dict[str, float]:
     """Optimise the policy on one rollout; returns the mean loss statistics and
-    explained variance."""
+    explained variance. gradient: `choose_gradient(policy, settings)` (chosen here if not given)."""
+    gradient = gradient or choose_gradient(policy, settings)
     batch_size = batch.obs.shape[0]
     size = settings.mini_batch_size
     num_minibatches = batch_size // size
@@ -154,7 +177,7 @@ def ppo_update(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, setting
                 minibatch_advantages = minibatch.advantages
                 if normalize_advantages:
                     minibatch_advantages = _normalize_rows(minibatch_advantages)
-            losses, log_ratio = _minibatch_step(policy, optimizer, minibatch, minibatch_advantages, value_weights,
+            losses, log_ratio = _minibatch_step(gradient, optimizer, minibatch, minibatch_advantages, value_weights,
                                                 settings, learning_rate, reduce_gradients)
             loss_totals += losses
             log_ratios.append(log_ratio)
@@ -181,20 +204,13 @@ def _normalize_rows(advantages: Tensor) -> Tensor:
     return (advantages - mean) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
-def _minibatch_step(policy: nn.Module, optimizer: "Adam", batch: UpdateBatch, advantages: Tensor,
+def _minibatch_step(gradient: Gradient, optimizer: Adam, batch: UpdateBatch, advantages: Tensor,
                     value_weights: Tensor | None, settings: UpdateSettings, learning_rate: float,
                     reduce_gradients: Callable[[Tensor], None] | None) -> tuple[Tensor, Tensor]:
     """One gradient step; returns (policy loss, value loss, entropy) and log(pi / pi_old) of
     every sample, detached."""
     optimizer.check_parameters()
-    if optimizer.written_out is not None and not settings.clip_vloss:
-        # The gradient of ppo_loss, written out (faster; see trainer/algos/ppo_fast.py).
-        losses, log_ratio = mlp_grad.ppo_loss_and_gradient(optimizer.written_out, batch, advantages,
-                                                           value_weights, settings)
-    else:
-        optimizer.zero_grad()
-        loss, losses, log_ratio = ppo_loss(policy, batch, advantages, value_weights, settings)
-        loss.backward()
+    losses, log_ratio = gradient(optimizer, batch, advantages, value_weights, settings)
     if reduce_gradients is not None:
         reduce_gradients(optimizer.flat_grad)
     optimizer.clip_grad_norm(settings.max_grad_norm)
@@ -273,111 +289,32 @@ def explained_variance(return_variance: float, residual_variance: float) -> floa
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. The optimiser
+# 4. The gradient: written out for the MLP policies, autograd for the rest
+
+# (optimizer, minibatch, its advantages, value weights, settings) -> writes every parameter's
+# gradient; returns ((policy loss, value loss, entropy), log(pi / pi_old) per sample), detached.
+Gradient = Callable[[Adam, UpdateBatch, Tensor, "Tensor | None", UpdateSettings], tuple[Tensor, Tensor]]
 
 
-class OptimizerError(RuntimeError):
-    """The module's parameters are no longer the ones the optimiser steps."""
+def choose_gradient(policy: nn.Module, settings: UpdateSettings) -> Gradient:
+    """The one place that decides how the update gets the gradient of `ppo_loss`: written out
+    (trainer/algos/ppo_fast.py) for the MLP policies it can derive (`structure_of`) unless
+    clip_vloss (which it does not take), else autograd. It depends only on the network's
+    structure and the settings, so PPO decides it once."""
+    structure = ppo_fast.structure_of(policy)
+    if structure is None or settings.clip_vloss:
+        return functools.partial(_autograd_gradient, policy)
+    return functools.partial(_written_out_gradient, structure)
 
 
-class Adam:
-    """Adam (Kingma & Ba 2015) over all parameters of a module at once.
-
-    The parameters are re-pointed into one contiguous vector (and their gradients into another),
-    so zeroing, clipping, all-reducing and stepping are each one operation on one tensor.
-    `state_dict()` holds plain tensors and numbers (checkpoints load with weights_only=True).
-
-    Built once per module, after the module is on its device; it also decides, once, how the
-    update computes the gradient (`written_out`: the MLP structure for trainer/algos/ppo_fast.py, or
-    None for autograd), since that depends only on the network's structure.
-    """
-
-    def __init__(self, module: nn.Module, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5):
-        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        self.parameters = [p for _, p in named]
-        self.flat_param, self.flat_grad = _flatten_into_views(self.parameters)
-        # Where each parameter and its gradient must stay (see check_parameters).
-        self._names = [name for name, _ in named]
-        self._data_ptrs = [p.data_ptr() for p in self.parameters]
-        self._grads = [p.grad for p in self.parameters]
-        self.written_out = mlp_grad.structure_of(module)
-        self.beta1, self.beta2 = betas
-        self.eps = eps
-        self.step_count = 0
-        self.exp_avg = torch.zeros_like(self.flat_param)
-        self.exp_avg_sq = torch.zeros_like(self.flat_param)
-
-    def check_parameters(self) -> None:
-        """Raise OptimizerError unless every parameter and its `.grad` are still views of the
-        flat vectors (host-side pointer comparisons, no device work). Otherwise the step
-        would update a vector the module no longer reads, or read gradients nobody writes."""
-        # The common case in two C-level passes (about 4 us for ppo-small), the message after.
-        if (list(map(Tensor.data_ptr, self.parameters)) == self._data_ptrs
-                and all(map(operator.is_, map(_grad_of, self.parameters), self._grads))):
-            return
-        for name, parameter, data_ptr, grad in zip(self._names, self.parameters, self._data_ptrs, self._grads):
-            if parameter.data_ptr() != data_ptr:
-                raise OptimizerError(
-                    f"parameter {name!r} was moved or replaced after the optimiser was built (by .to(), "
-                    f".double(), assigning .data, ...), so a step would not change the model: move the "
-                    f"model first, then build Adam(model)")
-            if parameter.grad is not grad:
-                found = "None" if parameter.grad is None else "a tensor of its own"
-                raise OptimizerError(
-                    f"parameter {name!r} has .grad = {found}, not the optimiser's gradient vector "
-                    f"(module.zero_grad() sets .grad to None): call optimizer.zero_grad() instead")
-
-    def zero_grad(self) -> None:
-        self.flat_grad.zero_()
-
-    def clip_grad_norm(self, max_norm: float) -> Tensor:
-        """Scale the gradient so that its global L2 norm is at most max_norm (no host sync)."""
-        norm = self.flat_grad.norm()
-        self.flat_grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
-        return norm
-
-    @torch.no_grad()
-    def step(self, learning_rate: float) -> None:
-        self.step_count += 1
-        grad = self.flat_grad
-        self.exp_avg.lerp_(grad, 1.0 - self.beta1)                      # m = b1 m + (1 - b1) g
-        self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1.0 - self.beta2)
-        bias_correction1 = 1.0 - self.beta1 ** self.step_count
-        root_bias_correction2 = math.sqrt(1.0 - self.beta2 ** self.step_count)
-        # p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with the scalars gathered so that the
-        # vector work is one sqrt, one add and one addcdiv.
-        denominator = self.exp_avg_sq.sqrt().add_(self.eps * root_bias_correction2)
-        self.flat_param.addcdiv_(self.exp_avg, denominator,
-                                 value=-learning_rate * root_bias_correction2 / bias_correction1)
-
-    def state_dict(self) -> dict:
-        return {"step": self.step_count, "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["exp_avg"].shape != self.exp_avg.shape:
-            raise ValueError(f"optimizer state has {state['exp_avg'].numel()} values, the model "
-                             f"{self.exp_avg.numel()}: the checkpoint belongs to a different model")
-        self.step_count = int(state["step"])
-        self.exp_avg.copy_(state["exp_avg"])
-        self.exp_avg_sq.copy_(state["exp_avg_sq"])
+def _autograd_gradient(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, advantages: Tensor,
+                       value_weights: Tensor | None, settings: UpdateSettings) -> tuple[Tensor, Tensor]:
+    optimizer.zero_grad()
+    loss, losses, log_ratio = ppo_loss(policy, batch, advantages, value_weights, settings)
+    loss.backward()
+    return losses, log_ratio
 
 
-def _grad_of(parameter: Tensor) -> Tensor | None:
-    return parameter.grad
-
-
-def _flatten_into_views(parameters: list[nn.Parameter]) -> tuple[Tensor, Tensor]:
-    """Move every parameter (and its gradient) into views of two flat tensors."""
-    device = parameters[0].device
-    total = sum(p.numel() for p in parameters)
-    flat_param = torch.empty(total, device=device)
-    flat_grad = torch.zeros(total, device=device)
-    offset = 0
-    for parameter in parameters:
-        size = parameter.numel()
-        flat_param[offset:offset + size].copy_(parameter.data.reshape(-1))
-        parameter.data = flat_param[offset:offset + size].view_as(parameter)
-        # backward() accumulates into an existing .grad in place, so gradients land in flat_grad.
-        parameter.grad = flat_grad[offset:offset + size].view_as(parameter)
-        offset += size
-    return flat_param, flat_grad
+def _written_out_gradient(structure: ppo_fast.MLPStructure, optimizer: Adam, batch: UpdateBatch, advantages: Tensor,
+                          value_weights: Tensor | None, settings: UpdateSettings) -> tuple[Tensor, Tensor]:
+    return ppo_fast.ppo_loss_and_gradient(structure, batch, advantages, value_weights, settings)

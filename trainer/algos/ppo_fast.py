@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from trainer.nets.models import LOG_2PI, ActorCritic, Activation, UnsupportedNetwork, mlp_layers
+from trainer.nets.activations import Activation, UnsupportedNetwork, mlp_layers
+from trainer.nets.policies import LOG_2PI, ActorCritic
 
 if TYPE_CHECKING:
-    from trainer.algos.ppo import UpdateBatch, UpdateSettings
+    from trainer.algos.ppo_settings import UpdateBatch, UpdateSettings
 
 Layers = list[tuple[nn.Linear, Activation | None]]
 
@@ -153,7 +154,7 @@ def _forward(layers: Layers, x: Tensor) -> tuple[Tensor, list[Tensor]]:
 
 def _backward(layers: Layers, inputs: list[Tensor], grad_output: Tensor) -> None:
     """Back-propagate dL/d(output) through the MLP into its parameters' `.grad` (which
-    `ppo.Adam.check_parameters` has checked are still the optimiser's, before this step)."""
+    `adam.Adam.check_parameters` has checked are still the optimiser's, before this step)."""
     for index in reversed(range(len(layers))):
         linear, x = layers[index][0], inputs[index]
         torch.mm(grad_output.t(), x, out=linear.weight.grad)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from trainer.nets.models import ActorCritic
+from trainer.nets.policies import ActorCritic
 from trainer.nets.normalization import RewardScaler
-from trainer.algos.ppo import UpdateBatch
+from trainer.algos.ppo_settings import UpdateBatch
 
 # Rows per forward pass when scoring a rollout: large enough to amortise the per-op cost, small
 # enough that the activations stay in cache (1024 rows: about 20% faster than 4096 for ppo-small

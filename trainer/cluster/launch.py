@@ -28,13 +28,14 @@ from trainer.cluster.admission import AdmissionGate, RefusedError, request_admis
 from trainer.config.checks import ConfigError
 from trainer.cluster.nodes import (DEFAULT_PORT, NodeMonitor, connect_store, host_store, local_address, parse_endpoint,
                              pin_collectives_to, run_key, split_cluster_file, start_heartbeat)
+from trainer.run.layout import log_path
 from trainer.run.ranks import WRITER_ENV
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 RANK_SETUP_ENV = "RL_STUDIO_RANK"    # what a node's agent tells its own ranks (never read from the network)
 ENCRYPTION_NOTE = ("traffic between nodes is not encrypted: this torch build's gloo has no TLS transport "
                    "(GLOO_DEVICE_TRANSPORT=TCP_TLS fails with 'unsupported gloo device'); run the cluster on a "
-                   "private network or through a WireGuard / SSH tunnel (docs/readme/cluster.md)")
+                   "private network or through a WireGuard / SSH tunnel (docs/cluster.md)")
 RENDEZVOUS_TIMEOUTS = {"join_timeout": 600, "last_call_timeout": 2, "close_timeout": 10, "heartbeat": 5}
 
 
@@ -136,7 +137,7 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
                 {"config": config_yaml, "run_dir": str(run_dir), "allow_custom_envs": allow_custom_envs}, say)
     except ChildFailedError as error:
         say(f"error: training failed after {config.max_restarts} restarts: {str(error).strip()[:2000]} "
-            f"(details in {run_dir / 'train.log'})")
+            f"(details in {log_path(run_dir)})")
         return EXIT_FAILED
     except RendezvousError as error:
         say(f"error: {error}")
@@ -154,7 +155,7 @@ def host_run(config, run_dir: Path, host: str, port: int, token: str | None, npr
 
 
 def run_dir_for(config, resume: str | None, run_dir: str | None, runs_dir: str) -> Path:
-    from trainer.run.run_dir import create_run_dir
+    from trainer.run.layout import create_run_dir
 
     if resume:
         return Path(resume).resolve()

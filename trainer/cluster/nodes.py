@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer.config.checks import ConfigError, short_repr
+from trainer.run.files import atomic_write
+from trainer.run.layout import events_path, nodes_path
 
 DEFAULT_PORT = 54321
 CLUSTER_SECTIONS = ("master", "workers", "communication")
-NODES_FILE = "nodes.json"
 HEARTBEAT_SECONDS = 2.0
 LOST_AFTER_SECONDS = 10.0
 KEY = "rl_studio/"          # every key we add to the rendezvous store starts with this, then the run's id
@@ -279,17 +280,15 @@ class NodeMonitor:
                     self.say(f"Worker lost: {node.host}")
 
     def write_table(self, finished: bool = False) -> None:
-        from trainer.run.run_dir import atomic_write
-
         if not self.run_dir.is_dir():
             return
-        fps = _last_fps(self.run_dir / "metrics.jsonl")
+        fps = _last_fps(events_path(self.run_dir))
         live = self.live()
         world = sum(node.nproc for node in live)
         rows = [{"host": node.host, "hostname": node.hostname, "ranks": node.nproc,
                  "steps_per_second": round(fps * node.nproc / world, 1) if fps and world else None,
                  "connected_since": node.since, "lost": node.lost} for node in self.nodes.values()]
-        atomic_write(self.run_dir / NODES_FILE, json.dumps({
+        atomic_write(nodes_path(self.run_dir), json.dumps({
             "master": self.master_address, "world_size": world, "nodes": rows, "log": self.lines,
             "min_nodes": self.min_nodes, "max_nodes": self.max_nodes, "finished": finished,
             "updated": time.time()}, indent=1))
@@ -316,6 +315,6 @@ def _last_fps(metrics: Path) -> float | None:
 def read_nodes(run_dir: str | Path) -> dict | None:
     """The node table a master keeps in a run folder (None for a run without one)."""
     try:
-        return json.loads((Path(run_dir) / NODES_FILE).read_text())
+        return json.loads(nodes_path(run_dir).read_text())
     except (OSError, ValueError):
         return None

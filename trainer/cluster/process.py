@@ -72,7 +72,7 @@ def _report_unstarted(run_dir: str | None, sinks: list, status: str, error: Base
     """The `end` (and `error`) of a run whose trainer never wrote its own; into the run folder
     only while it has no history (never appended to the history of an existing run)."""
     from trainer.run.events import EventBus, JsonlSink, LogSink
-    from trainer.run.run_dir import events_path, log_path
+    from trainer.run.layout import events_path, log_path
     from trainer.run.storage import failure_message
 
     sinks = list(sinks)
@@ -107,7 +107,7 @@ def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
     from trainer.config.keys import config_from_dict
     from trainer.run.events import EventBus, LogSink
     from trainer.cluster.launch import free_port, host_run, ranks_wanted
-    from trainer.run.run_dir import log_path
+    from trainer.run.layout import log_path
     from trainer.cluster.signals import StopRequest
 
     def hidden(line: str) -> str:

@@ -19,16 +19,9 @@ import sys
 import threading
 from typing import Any
 
+from trainer.run.processes import process_started
+
 PARENT_POLL_SECONDS = 0.5
-
-
-def _process_started(pid: int) -> float | None:
-    try:
-        import psutil
-
-        return float(psutil.Process(pid).create_time())
-    except Exception:  # noqa: BLE001 - no psutil, or the process is already gone
-        return None
 
 
 class StopRequest:
@@ -72,7 +65,7 @@ class StopRequest:
         names another process (start time)."""
         creator = multiprocessing.parent_process()
         parent = creator.pid if creator is not None else os.getppid()
-        parent_started = None if creator is not None else _process_started(parent)
+        parent_started = None if creator is not None else process_started(parent)
         finished = threading.Event()
 
         def parent_gone() -> bool:
@@ -80,7 +73,7 @@ class StopRequest:
                 return not creator.is_alive()
             if os.getppid() != parent:
                 return True
-            started = _process_started(parent)
+            started = process_started(parent)
             return parent_started is not None and started is not None and abs(started - parent_started) > 1.0
 
         def watch() -> None:

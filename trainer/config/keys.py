@@ -5,9 +5,14 @@ line, validated in one place with errors a person can act on.
     config = load_config("configs/cartpole.yaml", overrides=["learning_rate=1e-3"])
 
 Each key below is one `key(...)` declaration: its default, help text (the config reference;
-`docs/readme/trainer.md` is built from it), check (`trainer/config/checks.py`: type, range, and which
+`docs/config.md` is built from it), check (`trainer/config/checks.py`: type, range, and which
 studio control shows it) and studio group. The studio's form, `--set`, YAML loading, the Python
 API and `UpdateSettings.from_config` are all derived from these declarations.
+
+An algorithm's own keys (PPO's `clip_coef`, ...) are declared the same way beside the algorithm
+(trainer/algos/) and handed to `ALGORITHM_TABLE` below when it registers: this room sits below
+the algorithms and never imports them. A config holds the keys of its `algo` only, read as
+`config.clip_coef` and written flat in YAML like every other key.
 
 Batch vocabulary (the same in the README and in the error messages):
 
@@ -23,7 +28,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer.config.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
                             ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, did_you_mean, short_repr)
@@ -38,7 +43,6 @@ MODEL_TYPES = {
     "ppo-large": "MLP, three hidden layers of 512, 512, 256",
     "ppo-cnn": "convolutional torso for image or grid observations, then 512 units",
 }
-ALGORITHMS = ("ppo", "a2c")
 LR_SCALING_RULES = ("none", "sqrt", "linear")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 
@@ -58,6 +62,28 @@ def key(default: Any, help: str, check: Check, group: str | None = None, studio_
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+class RegisteredAlgorithm(Check):
+    """The `algo` key's check: one of the algorithms in ALGORITHM_TABLE when the value is checked
+    (they register after this module is imported, so the choices are looked up, not stored)."""
+
+    kind = "choice"
+
+    def __init__(self) -> None:  # no fields of its own
+        pass
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(ALGORITHM_TABLE)
+
+    def clean(self, key: str, value: Any) -> str:
+        if isinstance(value, str) and value.strip().lower() in ALGORITHM_TABLE:
+            return value.strip().lower()
+        hint = did_you_mean(value, self.choices)
+        listing = "; ".join(f"{entry.name} ({entry.summary})" for entry in ALGORITHM_TABLE.values())
+        raise ConfigError(f"{key} must be one of {', '.join(self.choices)}, got {short_repr(value)}.{hint} "
+                          f"The algorithms: {listing}")
 
 
 @dataclass
@@ -95,8 +121,9 @@ class TrainConfig:
                           ModelType(choices=tuple(MODEL_TYPES), described=tuple(MODEL_TYPES.items())), BASIC)
     hidden_sizes: list | None = key(None, "Hidden layer sizes of an MLP policy, e.g. `[128, 128]`, instead of "
                                     "`model_type`'s (null: as `model_type` says).", Sizes(), ROLLOUT)
-    algo: str = key("ppo", "`ppo` (clipped surrogate, several epochs) or `a2c` (one unclipped pass per rollout).",
-                    Choice(choices=ALGORITHMS), ROLLOUT)
+    algo: str = key("ppo", "Learning algorithm: `ppo` (clipped surrogate, several epochs), `a2c` (one unclipped pass "
+                    "per rollout), or another one registered (trainer/algos/registry.py). Its own keys follow.",
+                    RegisteredAlgorithm(), ROLLOUT)
     seed: int = key(1, "Seeds the envs, the network initialisation and the action sampling: same seed, same run "
                        "(on CPU).", Integer(minimum=0, maximum=2**31 - 1), BASIC)
     device: str = key("auto", "`auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`.", Device(), BASIC)
@@ -119,9 +146,7 @@ class TrainConfig:
     num_minibatches: int | None = key(None, "CleanRL's way to say the same thing: `mini_batch_size = batch_size / "
                                       "num_minibatches`.", Integer(maximum=2**40, optional=True),
                                       studio_note="derived: batch_size / mini_batch_size")
-    update_epochs: int = key(4, "Passes over each batch per update (`a2c`: always 1).",
-                             Integer(maximum=1000), ROLLOUT)
-    # --- PPO ---------------------------------------------------------------------------------
+    # --- the optimiser --------------------------------------------------------------------------
     learning_rate: float = key(2.5e-4, "Adam step size (before `lr_scaling`).", Real(0.0, 1.0, low_open=True),
                                ROLLOUT)
     anneal_lr: bool = key(True, "Decay the learning rate linearly to 0 over the run.", Boolean(), ROLLOUT)
@@ -132,25 +157,10 @@ class TrainConfig:
     lr_reference_batch: int = key(256, "The samples per gradient step that `learning_rate` was tuned for (used by "
                                   "`lr_scaling`).", Integer(maximum=2**40), ROLLOUT)
     gamma: float = key(0.99, "Discount factor.", Real(0.0, 1.0), PPO)
-    gae_lambda: float = key(0.95, "GAE lambda (0: one-step TD, 1: Monte Carlo).", Real(0.0, 1.0), PPO)
-    clip_coef: float = key(0.2, "PPO clipping range of the probability ratio.", Real(0.0, None, low_open=True), PPO)
-    clip_vloss: bool = key(False, "Clip the value update to `clip_coef` around the old values as well.",
-                           Boolean(), PPO)
-    norm_adv: bool = key(True, "Normalise advantages per minibatch.", Boolean(), PPO)
-    ent_coef: float = key(0.01, "Weight of the entropy bonus.", Real(0.0), PPO)
-    vf_coef: float = key(0.5, "Weight of the value loss.", Real(0.0), PPO)
-    max_grad_norm: float = key(0.5, "Clip the gradient's global norm to this.", Real(0.0, None, low_open=True), PPO)
-    target_kl: float | None = key(None, "Stop an update's remaining epochs once the approximate KL divergence "
-                                  "exceeds this (null: never).", Real(0.0, None, low_open=True, optional=True), PPO)
     norm_obs: bool = key(False, "Normalise observations with running mean / std (saved in the model).",
                          Boolean(), NORMALISATION)
     norm_reward: bool = key(False, "Scale rewards by the running std of the discounted return.",
                             Boolean(), NORMALISATION)
-    use_per: bool = key(False, "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, "
-                        "importance weights (`per_beta`) on the value loss.", Boolean(), NORMALISATION)
-    per_alpha: float = key(0.6, "How strongly `use_per` prefers large errors (0: uniform).", Real(0.0), NORMALISATION)
-    per_beta: float = key(0.4, "Importance-sampling correction of `use_per` (1: full).", Real(0.0, 1.0),
-                          NORMALISATION)
     # --- where and how it runs -------------------------------------------------------------
     vector_env: bool | str | None = key(None, "Gymnasium envs only: `pool` (our shared-memory worker pool: "
                                         "`num_workers` processes share the envs), `async_pool` (the pool in two "
@@ -196,10 +206,42 @@ class TrainConfig:
                                     Integer(minimum=2, maximum=10**6), OUTPUTS)
     tensorboard: bool = key(False, "Also write TensorBoard scalars to `<run_dir>/tensorboard` (needs the "
                             "tensorboard package).", Boolean(), OUTPUTS)
+    # The chosen algorithm's own keys by name (declared beside it, see ALGORITHM_TABLE): not a key
+    # itself; read as `config.clip_coef`, written flat after `algo` by to_dict.
+    algo_settings: dict = field(default_factory=dict, metadata={"algo_settings": True})
+
+    def __post_init__(self) -> None:
+        """The algorithm's keys start at their declared defaults (a copy: `replace()` shares none)."""
+        entry = ALGORITHM_TABLE.get(self.algo)
+        declared = {item.name: copy.deepcopy(item.default) for item in entry.keys} if entry else {}
+        self.algo_settings = {**declared, **self.algo_settings}
+
+    def __getattr__(self, name: str) -> Any:
+        """`config.clip_coef`: an algorithm key of this config (only called when no field has the name)."""
+        settings = self.__dict__.get("algo_settings")
+        if settings is not None and name in settings:
+            return settings[name]
+        owners = algorithms_with_key(name)
+        raise AttributeError(f"TrainConfig has no key {name!r}" + (
+            f" (a key of algo {', '.join(owners)}; this config trains {self.__dict__.get('algo')})" if owners else ""))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        settings = self.__dict__.get("algo_settings")
+        if settings is not None and name in settings:
+            settings[name] = value
+        else:
+            object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict:
-        """Every key, nested `checkpoint`, JSON/YAML-safe."""
-        return dataclasses.asdict(self)
+        """Every key (the algorithm's own right after `algo`), nested `checkpoint`, JSON/YAML-safe."""
+        raw = dataclasses.asdict(self)
+        settings = raw.pop("algo_settings")
+        flat: dict = {}
+        for name, value in raw.items():
+            flat[name] = value
+            if name == "algo":
+                flat.update(settings)
+        return flat
 
 
 KEY_ALIASES = {"max_steps": "total_timesteps", "n_envs": "num_envs", "n_steps": "num_steps",
@@ -217,29 +259,99 @@ class DeclaredKey:
     check: Check
     group: str | None
     studio_note: str | None
+    algos: tuple[str, ...] = ()     # an algorithm's own key: the algorithms that take it (empty: every one)
 
 
 def declared_keys(cls: type = TrainConfig, prefix: str = "") -> list[DeclaredKey]:
-    """Every key in declaration order, sections flattened (the config reference, the studio form)."""
+    """Every key in declaration order, sections flattened, the registered algorithms' own keys
+    right after `algo` (the config reference, the studio form)."""
     keys = []
     for item in dataclasses.fields(cls):
         section = item.metadata.get("section")
         if section is not None:
             keys += declared_keys(section, f"{prefix}{item.name}.")
             continue
+        if "help" not in item.metadata:  # algo_settings (not a key), or a field an algorithm adds for itself
+            continue
         default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
         keys.append(DeclaredKey(prefix + item.name, default, item.metadata["help"], item.metadata["check"],
                                 item.metadata["group"], item.metadata["studio_note"]))
+        if cls is TrainConfig and item.name == "algo":
+            keys += algorithm_keys().values()
     return keys
 
 
 def field_names(cls: type = TrainConfig) -> list[str]:
-    return [item.name for item in dataclasses.fields(cls)]
+    """The dataclass's keys (TrainConfig: the ones every algorithm shares; `key_names` adds the algorithms')."""
+    return [item.name for item in dataclasses.fields(cls) if "algo_settings" not in item.metadata]
+
+
+def key_names() -> list[str]:
+    """Every top-level key a config may give: the shared ones and every registered algorithm's."""
+    return field_names() + list(algorithm_keys())
 
 
 def config_reference() -> list[tuple[str, Any, str]]:
-    """(key, default, meaning) for every key, in declaration order (the README table)."""
-    return [(declared.name, declared.default, declared.help) for declared in declared_keys()]
+    """(key, default, meaning) for every key, in declaration order (the README table); an
+    algorithm's own key says which algorithms take it."""
+    return [(declared.name, declared.default,
+             declared.help + (f" (algo {', '.join(f'`{name}`' for name in declared.algos)})" if declared.algos else ""))
+            for declared in declared_keys()]
+
+
+# ---------------------------------------------------------------------------------------------
+# The algorithms' own keys: filled by trainer/algos/registry.py when an algorithm registers
+# (`import trainer` registers the built-in ones, before any config is read)
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """What the config knows of an algorithm: its `algo` name, one line about it, its own keys
+    and a check of the relations between them (`check(config, given keys, problems)`)."""
+
+    name: str
+    summary: str
+    keys: tuple[DeclaredKey, ...] = ()
+    check: Callable[[Any, set[str], list[str]], None] | None = None
+
+
+ALGORITHM_TABLE: dict[str, AlgorithmEntry] = {}
+
+
+def declare_algorithm(name: str, summary: str, keys: type | None = None,
+                      check: Callable[[Any, set[str], list[str]], None] | None = None) -> None:
+    """Add an algorithm and its own keys (a dataclass of `key(...)` fields) to the table. A key
+    may be shared by algorithms (PPO's by A2C) only with one declaration; a shared key's name
+    (`gamma`) cannot be taken."""
+    own = tuple(declared_keys(keys)) if keys is not None else ()
+    for declared in own:
+        if declared.name in field_names() or declared.name in KEY_ALIASES:
+            raise ValueError(f"algorithm {name!r} declares {declared.name!r}, a key every algorithm shares: "
+                             f"read config.{declared.name} instead of declaring it")
+        for other in ALGORITHM_TABLE.values():
+            theirs = next((item for item in other.keys if item.name == declared.name), None)
+            if theirs is not None and other.name != name and theirs != declared:
+                raise ValueError(f"algorithm {name!r} declares {declared.name!r} differently from algorithm "
+                                 f"{other.name!r}: share its declaration or use another name")
+    ALGORITHM_TABLE[name] = AlgorithmEntry(name, summary, own, check)
+
+
+def forget_algorithm(name: str) -> None:
+    ALGORITHM_TABLE.pop(name, None)
+
+
+def algorithm_keys() -> dict[str, DeclaredKey]:
+    """Every registered algorithm's own keys by name, in registration order, each with `algos`."""
+    found: dict[str, DeclaredKey] = {}
+    for entry in ALGORITHM_TABLE.values():
+        for declared in entry.keys:
+            if declared.name not in found:
+                found[declared.name] = dataclasses.replace(declared, algos=tuple(algorithms_with_key(declared.name)))
+    return found
+
+
+def algorithms_with_key(name: str) -> list[str]:
+    return [entry.name for entry in ALGORITHM_TABLE.values() if any(item.name == name for item in entry.keys)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,16 +372,22 @@ DERIVED_FROM = {
 def merge_settings(base: dict, settings: dict) -> dict:
     """`base` (a raw or complete config dict) with `settings` on top: dotted keys reach into
     sections, aliases replace their key, and keys derived from a replaced one are dropped. The one
-    rule for overrides, used by `--set`, the studio and the Python API."""
+    rule for overrides, used by `--set`, the studio and the Python API. A new `algo` drops the
+    old algorithm's keys that the new one does not take (`--set algo=x` on a PPO config)."""
     if not isinstance(settings, dict):
         raise ConfigError(f"settings must be a mapping of config keys to values, got {short_repr(settings)}")
     merged = copy.deepcopy(base)
     given = {KEY_ALIASES.get(str(name), str(name)) for name in settings}
+    new_algo = next((str(value).strip().lower() for name, value in settings.items()
+                     if KEY_ALIASES.get(str(name), str(name)) == "algo"), None)
+    foreign = set(algorithm_keys()) - {item.name for item in ALGORITHM_TABLE[new_algo].keys} \
+        if new_algo in ALGORITHM_TABLE else set()
     for name in list(merged):
         canonical = KEY_ALIASES.get(name, name)
         if canonical in given and name != canonical:
             merged.pop(name)  # `max_steps` in the file, `total_timesteps` given: the given one wins
-        if any(canonical in DERIVED_FROM.get(setting, ()) for setting in given) and canonical not in given:
+        if (any(canonical in DERIVED_FROM.get(setting, ()) for setting in given) or canonical in foreign) \
+                and canonical not in given:
             merged.pop(name, None)
     for name, value in settings.items():
         name = KEY_ALIASES.get(str(name), str(name))
@@ -336,7 +454,9 @@ def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:
         raise ConfigError(f"a config must be a mapping of keys to values, got {type(raw).__name__}")
     problems: list[str] = []
     config = TrainConfig()
-    given = _fill_section(config, raw, "", problems)
+    algorithm_values: dict[str, Any] = {}
+    given = _fill_section(config, raw, "", problems, algorithm_values)
+    _settle_algorithm_keys(config, algorithm_values, problems)
     if not problems:
         _check_semantics(config, given, problems)
     if problems:
@@ -346,22 +466,31 @@ def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:
     return config
 
 
-def _fill_section(target: Any, raw: dict, prefix: str, problems: list[str]) -> set[str]:
-    """Check every key of `raw` with its declaration and set it on `target`; returns the keys given."""
-    fields = {item.name: item for item in dataclasses.fields(target)}
+def _fill_section(target: Any, raw: dict, prefix: str, problems: list[str],
+                  algorithm_values: dict | None = None) -> set[str]:
+    """Check every key of `raw` with its declaration and set it on `target` (an algorithm's own
+    key into `algorithm_values`); returns the keys given."""
+    fields = {item.name: item for item in dataclasses.fields(target) if "algo_settings" not in item.metadata}
+    own_keys = algorithm_keys() if algorithm_values is not None else {}
     given: dict[str, str] = {}
     for name, value in raw.items():
         if not isinstance(name, str):
             problems.append(f"config keys must be names, got {short_repr(name)}")
             continue
         canonical = KEY_ALIASES.get(name, name) if not prefix else name
-        if canonical not in fields:
-            problems.append(_unknown_key_message(prefix, name, list(fields)))
+        if canonical not in fields and canonical not in own_keys:
+            problems.append(_unknown_key_message(prefix, name, list(fields) + list(own_keys)))
             continue
         if canonical in given:
             problems.append(f"{given[canonical]!r} and {name!r} are two names for {canonical!r}; give only one of them")
             continue
         given[canonical] = name
+        if canonical in own_keys:
+            try:
+                algorithm_values[canonical] = own_keys[canonical].check(canonical, value)
+            except ConfigError as error:
+                problems.append(str(error))
+            continue
         section = fields[canonical].metadata.get("section")
         if section is not None:
             setattr(target, canonical, _section(section, value, prefix + canonical, problems))
@@ -371,6 +500,22 @@ def _fill_section(target: Any, raw: dict, prefix: str, problems: list[str]) -> s
         except ConfigError as error:
             problems.append(str(error))
     return set(given)
+
+
+def _settle_algorithm_keys(config: TrainConfig, values: dict[str, Any], problems: list[str]) -> None:
+    """The chosen algorithm's keys: given ones, else their defaults. A key of another algorithm
+    only is refused (it would silently do nothing)."""
+    entry = ALGORITHM_TABLE.get(config.algo)
+    if entry is None:
+        return
+    own = {item.name for item in entry.keys}
+    for name in values:
+        if name not in own:
+            owners = ", ".join(algorithms_with_key(name))
+            problems.append(f"{name} is a key of algo {owners}, but this config trains algo {config.algo}, which "
+                            f"does not read it: remove {name}, or set algo to {owners.split(', ')[0]}")
+    config.algo_settings = {item.name: values[item.name] if item.name in values else copy.deepcopy(item.default)
+                            for item in entry.keys}
 
 
 def _section(cls: type, value: Any, name: str, problems: list[str]) -> Any:
@@ -392,11 +537,11 @@ def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
     if prefix:
         return (f"unknown key {short_repr(prefix + name)}.{hint} The {prefix.rstrip('.')} section takes: "
                 f"{', '.join(valid)}")
-    return f"unknown config key {short_repr(name)}.{hint} Valid keys: {', '.join(valid)} (see docs/readme/trainer.md)"
+    return f"unknown config key {short_repr(name)}.{hint} Valid keys: {', '.join(valid)} (see docs/config.md)"
 
 
 # ---------------------------------------------------------------------------------------------
-# Relations between keys: batch sizes, algorithm, env name
+# Relations between keys: batch sizes, the algorithm's own, env name
 
 
 def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) -> None:
@@ -404,11 +549,9 @@ def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) 
     if config.min_nodes > config.max_nodes:
         problems.append(f"min_nodes ({config.min_nodes}) is larger than max_nodes ({config.max_nodes}); give "
                         f"min_nodes <= max_nodes (torchrun's --nnodes MIN:MAX)")
-    if config.algo == "a2c" and "update_epochs" in given and config.update_epochs != 1:
-        problems.append(f"algo a2c makes one pass over each rollout, but update_epochs is {config.update_epochs}; "
-                        f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs")
-    if config.algo == "a2c":
-        config.update_epochs = 1
+    entry = ALGORITHM_TABLE.get(config.algo)
+    if entry is not None and entry.check is not None:
+        entry.check(config, given, problems)  # the relations between the algorithm's own keys
     if config.hidden_sizes and config.model_type == "ppo-cnn":
         problems.append("hidden_sizes sets the layers of an MLP policy; model_type ppo-cnn has its own "
                         "convolutional torso. Remove hidden_sizes or use an MLP model_type")

@@ -3,31 +3,32 @@
 A `.pth` written here is a plain dict of tensors and plain Python values, so
 `torch.load(path, weights_only=True)` opens it and nothing in it can run code:
 
-    format            "rl-studio"        format_version  1
+    format            "rl-studio"        format_version  2
     kind              "checkpoint" (resumable) or "model" (the final policy)
-    policy_spec       how to rebuild the network (model type, observation shape, action space)
-    policy_state      the network's state_dict (observation-normalisation statistics included)
+    algo              the algorithm that trained it (trainer/algos/registry.py): resuming builds it
+    policy_spec       how to rebuild the playing network (model type, observation shape, action space)
+    policy_state      its state_dict (observation-normalisation statistics included)
     config            the full training config as a dict
     global_step, update, elapsed
     versions          torch / python / rl-studio versions that wrote it
   checkpoints only:
-    optimizer_state   Adam moments and step count
-    reward_scaler     running return statistics (norm_reward)
+    algorithm_state   the algorithm's own state (`Algorithm.state_dict`; PPO / A2C: Adam's moments
+                      and step count, the running return statistics of norm_reward)
     rng               generator states of the trainer (action sampling, minibatches)
     env_state         tensors and generator state of the native env (exact resume)
     next_obs          the observations the next rollout starts from
     gif_seconds       time spent on GIFs so far (their budget)
 
 Loading goes through `read_checkpoint`, which only ever calls `torch.load(weights_only=True)`
-and turns a refusal into a `CheckpointError` that says why.
+and turns a refusal into a `CheckpointError` that says why. Format 1 (before `algorithm_state`:
+PPO's `optimizer_state` and `reward_scaler` at the top level) still loads and resumes
+(trainer/run/resume.py `algorithm_state`); a newer format is refused, naming its version.
 """
 from __future__ import annotations
 
-import errno
 import math
 import pickle
 import platform
-import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -36,19 +37,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# The folder's names, the atomic writer and the retention rule (prune_checkpoints: newest K and
-# the best) live in the torch-free run layout, which the studio uses too; re-exported here.
-from trainer.run.run_dir import (  # noqa: F401
-    atomic_write,
-    checkpoint_path,
-    list_checkpoints,
-    prune_checkpoints,
-    record_checkpoint_return,
-    remove_stale_temporaries,
-)
+# The atomic writer and the folder's names live in the torch-free run modules the studio uses too.
+from trainer.run.files import atomic_write
+from trainer.run.layout import list_checkpoints
 
 FORMAT = "rl-studio"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2            # 2: the algorithm's own state under `algorithm_state` (1: PPO's at the top level)
 RL_STUDIO_VERSION = "0.1.0"
 
 # Bounds a .pth must meet before torch.load allocates anything (issue 10: a 40 KB file must not
@@ -297,7 +291,7 @@ def check_spec_fits_weights(spec: Any, state: Any, source: str | Path) -> None:
     """Check a saved policy_spec against the saved weights before any memory is spent on it: the
     network is built on the meta device (shapes only, no storage), its size is bounded by
     MAX_PARAMETERS, and every tensor shape must match. CheckpointError names the tensor."""
-    from trainer.nets.models import build_policy
+    from trainer.nets.policies import build_policy
 
     if not isinstance(spec, dict):
         raise CheckpointError(f"{source}: policy_spec is a {type(spec).__name__}, not a dict")
@@ -331,7 +325,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> TrainedM
     are unsafe, damaged, oversized, not RL Studio models, or whose weights do not fit their own
     policy_spec (checked before the network is built). No env is built and nothing the file
     names is imported: `trainer.serving.evaluate.evaluate` decides which env a model plays."""
-    from trainer.nets.models import build_policy
+    from trainer.nets.policies import build_policy
 
     if str(device) == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,9 +1,10 @@
 """Events: every metric, log line, checkpoint, GIF, error and the end of a run is one event, a
 JSON-serialisable dict with `type` and `time`, sent to every sink.
 
-The schema is `EVENT_SCHEMA` below, the one declaration of it: `make_event` refuses an event
-that lacks a required field or carries one the table does not name, and tests/test_events.py
-checks docs/architecture.md ("Events (the schema the studio reads)") against it.
+The schema is `EVENT_SCHEMA` below, the one declaration of it (the `metrics` event's fields come
+from the metric registry, trainer/config/metrics.py): `make_event` refuses an event that lacks a
+required field or carries one the table does not name, and tests/test_events.py checks
+docs/architecture.md ("Events (the schema the studio reads)") against it.
 
 Sinks: `JsonlSink` (metrics.jsonl), `LogSink` (train.log, the console), `QueueSink` (a live
 channel for a caller's own process), `TensorBoardSink` (optional), `ProgressBarSink` (the CLI on a terminal).
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from trainer.run.run_dir import atomic_write
+from trainer.config.metrics import event_fields, tensorboard_tags
+from trainer.run.files import atomic_write
 from trainer.run.storage import storage_error
 
 
@@ -37,12 +39,7 @@ class EventType:
 EVENT_SCHEMA: dict[str, EventType] = {
     "start": EventType(("run_id", "config", "device", "total_timesteps", "resumed_from_step"),
                        ("world_size", "num_updates")),
-    "metrics": EventType(("step", "update", "fps", "elapsed", "episodes", "episode_return_mean",
-                          "episode_length_mean", "episode_score_mean", "recent_return_mean", "policy_loss",
-                          "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-                          "learning_rate"),
-                         ("recent_length_mean", "recent_score_mean", "episode_return_max", "episode_score_max",
-                          "episodes_this_update", "total_timesteps", "gradient_steps", "final_update")),
+    "metrics": EventType(event_fields("required"), event_fields("optional")),  # trainer/config/metrics.py
     "log": EventType(("level", "message")),
     "checkpoint": EventType(("step", "path")),
     "gif": EventType(("step", "path", "episode_return", "episode_score", "frames"),
@@ -64,7 +61,8 @@ def make_event(kind: str, **fields: Any) -> dict:
     if missing or unknown:
         raise KeyError(f"{kind} event: " + "; ".join(
             ([f"missing {missing}"] if missing else []) + ([f"fields not in the schema {unknown}"] if unknown else []))
-            + " (EVENT_SCHEMA in trainer/run/events.py declares them; docs/architecture.md shows the same table)")
+            + " (EVENT_SCHEMA in trainer/run/events.py declares them, a metrics event's in trainer/config/metrics.py; "
+              "docs/architecture.md shows the same table)")
     return {"type": kind, "time": time.time(), **{key: _json_safe(value) for key, value in fields.items()}}
 
 
@@ -326,9 +324,8 @@ class QueueSink:
 class TensorBoardSink:
     """Scalars under `<run_dir>/tensorboard` so that `tensorboard --logdir runs` works."""
 
-    SCALARS = ("episode_return_mean", "episode_length_mean", "episode_score_mean", "recent_return_mean",
-               "recent_score_mean", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-               "explained_variance", "learning_rate", "fps")
+    TAGS: dict[str, str] = tensorboard_tags()  # metrics field -> tag, from trainer/config/metrics.py
+    SCALARS = tuple(TAGS)
 
     def __init__(self, log_dir: str | Path):
         from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` package
@@ -338,11 +335,10 @@ class TensorBoardSink:
     def __call__(self, event: dict) -> None:
         if event["type"] != "metrics":
             return
-        for name in self.SCALARS:
+        for name, tag in self.TAGS.items():
             value = event.get(name)
             if value is not None:
-                group = "charts" if name.startswith(("episode", "recent")) else "losses"
-                self.writer.add_scalar(f"{group}/{name}", value, event["step"])
+                self.writer.add_scalar(tag, value, event["step"])
 
     def close(self) -> None:
         self.writer.close()

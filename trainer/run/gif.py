@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from trainer.run.events import clip_caption
-from trainer.nets.models import build_policy
-from trainer.run.run_dir import atomic_write
+from trainer.nets.policies import build_policy
+from trainer.run.files import atomic_write
 
 MAX_GIF_WIDTH = 320  # wider frames are downsampled by an integer factor (smaller, faster files)
 MAX_GIF_FPS = 30     # envs that render faster (CartPole: 50) have frames skipped: rendering is the cost

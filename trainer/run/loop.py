@@ -1,5 +1,5 @@
-"""The training loop: collect a rollout -> advantages -> PPO update -> metrics -> checkpoint / GIF,
-until `total_timesteps` or a stop signal.
+"""The training loop: collect -> update (the algorithm's, through trainer/algos/base.py) -> metrics ->
+checkpoint / GIF, until `total_timesteps` or a stop signal.
 
     from trainer.config.defaults import load_config
     from trainer.run.loop import train
@@ -14,6 +14,8 @@ again; a stop signal ends the run cleanly with a checkpoint and the final model.
 What the loop is built from lives beside it: device, threads, learning-rate scaling and the env
 in trainer/run/setup.py, every seed in trainer/run/seeding.py, checkpoint payloads and resuming in
 trainer/run/resume.py, the GIF schedule and budget in trainer/run/gif.py, merging across ranks in trainer/run/ranks.py.
+The algorithm (`config.algo`, trainer/algos/registry.py) is called through its protocol only, so
+every algorithm runs through this one loop, for the CLI, the API, the studio and every rank.
 """
 from __future__ import annotations
 
@@ -26,27 +28,27 @@ from typing import Callable
 
 import torch
 
-from trainer.run.checkpoint import (atomic_save, checkpoint_path, list_checkpoints, prune_checkpoints,
-                                record_checkpoint_return)
+from trainer.run.checkpoint import atomic_save
 from trainer.config.keys import TrainConfig, config_from_dict
 from trainer.run.ranks import DistributedContext, setup_distributed
-from trainer.run.events import EventBus, EventSink, JsonlSink, LogSink, TensorBoardSink, trim_events_after
+from trainer.run.events import EVENT_SCHEMA, EventBus, EventSink
 from trainer.run.gif import GifSchedule
-from trainer.nets.models import ActorCritic, build_policy
-from trainer.nets.normalization import RewardScaler
-from trainer.algos.ppo import Adam, UpdateSettings, compute_gae, ppo_update
-from trainer.run.resume import ResumeError, checkpoint_payload, model_payload, restore_across_ranks, restore_latest
-from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
-from trainer.run.run_dir import RunOwner, checkpoint_folder, final_model_path, holds_a_run, take_ownership, write_config
+from trainer.nets.policies import ActorCritic
+from trainer.algos.base import Algorithm, Progress, Setup
+from trainer.algos.registry import algorithm_class
+from trainer.run.resume import ResumeError, checkpoint_payload, model_payload, resume_session
+from trainer.run.layout import checkpoint_folder, checkpoint_path, final_model_path, rollout_gif_path, write_config
+from trainer.run.owner import RunOwner, take_ownership
+from trainer.run.retention import prune_checkpoints, record_checkpoint_return
 from trainer.run.seeding import seeds
-from trainer.run.setup import (EnvFactory, config_env_factory, device_type, pick_device, policy_spec,
-                           scaled_learning_rate, set_threads)
+from trainer.run.setup import (EnvFactory, attach_tensorboard, config_env_factory, device_type, open_run_dir,
+                              pick_device, policy_spec, scaled_learning_rate, set_threads)
 from trainer.run.storage import failure_message, storage_error
 
 # errno values of a failed write (a GIF that hits these stops the run; other GIF failures only turn GIFs off)
 WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
-__all__ = ["train", "TrainResult", "TrainingSession", "ResumeError"]
+__all__ = ["train", "TrainResult", "TrainingSession", "ResumeError", "open_run_dir", "report_failure"]
 
 
 @dataclass
@@ -84,7 +86,7 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
     is_main = context is None or context.is_main
     bus = EventBus()
     session: TrainingSession | None = None
-    owner: RunOwner | None = None  # one trainer per run folder (owner.json, trainer/run/run_dir.py)
+    owner: RunOwner | None = None  # one trainer per run folder (owner.json, trainer/run/owner.py)
     try:
         if is_main:
             owner = take_ownership(run_dir)  # RunOwnedError names the live owner; nothing is written then
@@ -107,25 +109,6 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
             owner.release(run_dir)
 
 
-def open_run_dir(bus: EventBus, run_dir: Path, config: TrainConfig, resume: bool = False) -> None:
-    """Make (or reopen, to resume) a run directory and attach its file sinks, metrics.jsonl and
-    train.log. Refuses a directory that holds another run unless resuming."""
-    if not resume and holds_a_run(run_dir, config):
-        raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
-                          f"(--resume {run_dir}) or train into a new run directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    bus.sinks += [JsonlSink(run_dir / "metrics.jsonl"), LogSink(run_dir / "train.log", log_interval=config.log_interval)]
-
-
-def attach_tensorboard(bus: EventBus, run_dir: Path) -> None:
-    """TensorBoard scalars in <run_dir>/tensorboard (a warning, not a failure, without the package)."""
-    try:
-        bus.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-    except ImportError:
-        bus.log("tensorboard: true, but the tensorboard package is not installed "
-                "(pip install tensorboard); continuing without TensorBoard logs", level="warning")
-
-
 def report_failure(bus: EventBus, error: BaseException, session: "TrainingSession | None",
                    run_dir: Path | None = None) -> None:
     """An `error` event (not for Ctrl-C; its message from trainer.run.storage.failure_message, which
@@ -139,7 +122,7 @@ def report_failure(bus: EventBus, error: BaseException, session: "TrainingSessio
 
 
 class TrainingSession:
-    """One training run's state: env, policy, optimiser, rollout storage, counters.
+    """One training run's state: env, algorithm (its policy, optimiser, storage), counters.
 
     run_dir None keeps everything in memory: no config, events, checkpoints, GIFs or final model
     are written (the Python API's default). env_factory (num_envs, device, seed) -> VecEnv replaces
@@ -168,21 +151,18 @@ class TrainingSession:
         if env_factory is not None and getattr(self.env, "vectorization", None):
             self._pending_logs.append(self.env.vectorization)  # the config's factory logs it itself
         self.policy_spec = policy_spec(config, self.env)
-        self.policy = build_policy(self.policy_spec).to(self.device)
-        if context is not None:
-            context.broadcast_module_(self.policy)
-        self.optimizer = Adam(self.policy)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(start.sampling)
-        self.reward_scaler = RewardScaler(config.num_envs, config.gamma, self.device) if config.norm_reward else None
-        self.buffer = RolloutBuffer.allocate(config.num_steps, config.num_envs, tuple(self.policy_spec["obs_shape"]),
-                                             self.policy, self.device)
-        self.settings = UpdateSettings.from_config(config)
+        self.algorithm: Algorithm = algorithm_class(config.algo)(Setup(
+            config, self.env, self.device, self.policy_spec, self.generator,
+            reduce_mean=context.all_reduce_mean_ if context is not None else None, reduce_sum=self._reduce_sum,
+            broadcast=context.broadcast_module_ if context is not None else None))
+        self._metric_blanks = metric_blanks(self.algorithm)
         self.base_learning_rate, lr_message = scaled_learning_rate(config, self.world_size)
         if lr_message:
             self._pending_logs.append(lr_message)
 
-        self.steps_per_update = config.batch_size * self.world_size
+        self.steps_per_update = self.algorithm.steps_per_update * self.world_size
         self.num_updates = -(-config.total_timesteps // self.steps_per_update)
         self.global_step = 0
         self.update = 0
@@ -194,9 +174,7 @@ class TrainingSession:
         self.last_metrics: dict | None = None
         self.gif_schedule = GifSchedule(config.gif_interval, config.gif_max_frames, config.gif_time_fraction)
         self.next_obs = self.env.reset(seed=start.env)
-        if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
-            self.policy.obs_normalizer.accumulate(self.next_obs)
-            self.policy.obs_normalizer.commit(self._reduce_sum)
+        self.algorithm.start(self.next_obs)
         if self.is_main and config.gif_interval and run_dir is not None:
             from trainer.run.gif import GifRecorder
 
@@ -204,11 +182,15 @@ class TrainingSession:
             self.gif_recorder = GifRecorder(lambda: make_gif_env(1, "cpu", start.gif_env), self.policy_spec,
                                             config.gif_max_frames)
 
+    @property
+    def policy(self) -> ActorCritic:
+        """The playing network (the one saved in models and checkpoints, exported and served)."""
+        return self.algorithm.policy
+
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self, should_stop: Callable[[], bool]) -> TrainResult:
         """Train until `num_updates` (or a stop), then save the final model (when there is a run_dir)."""
-        config = self.config
         self._emit_start()
         self.session_started = time.perf_counter()
         self.session_start_step = self.global_step
@@ -220,7 +202,7 @@ class TrainingSession:
                 self.bus.log(f"stop requested: saving at step {self.global_step}")
                 break
             self.update += 1
-            statistics = self.train_one_update()        # collect -> advantages -> update
+            statistics = self.train_one_update()        # the algorithm's collect -> update
             self.global_step += self.steps_per_update
             self.emit_metrics(statistics)
             if self._writes_files and self._checkpoint_due():
@@ -246,24 +228,12 @@ class TrainingSession:
         return TrainResult(status, self.global_step, self.run_dir, final_model, self.last_metrics, self.policy)
 
     def train_one_update(self) -> dict:
-        """One update on fresh data: collect num_steps from every env, score it with the
-        current network, GAE, then the PPO / A2C epochs. Returns the loss statistics."""
-        config, buffer, policy = self.config, self.buffer, self.policy
-        learning_rate = self.learning_rate()
-        self.next_obs = collect_rollout(self.env, policy, buffer, self.next_obs, self.generator, self.reward_scaler)
-        score_rollout(policy, buffer, config.gamma)
-        with torch.no_grad():
-            last_value = policy.value(policy.normalize_obs(self.next_obs))
-        advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.dones, last_value,
-                                          config.gamma, config.gae_lambda)
-        if policy.obs_normalizer is not None:
-            policy.obs_normalizer.commit(self._reduce_sum)
-        if self.reward_scaler is not None:
-            self.reward_scaler.return_stats.commit(self._reduce_sum)
-        reduce_gradients = self.context.all_reduce_mean_ if self.context is not None else None
-        statistics = ppo_update(policy, self.optimizer, buffer.flatten(advantages, returns), self.settings,
-                                learning_rate, self.generator, reduce_gradients)
-        statistics["learning_rate"] = learning_rate
+        """One update: the algorithm collects `steps_per_update` steps from the env, then learns
+        from them. Returns its statistics and the learning rate."""
+        progress = Progress(self.update, self.num_updates, self.global_step, self.learning_rate())
+        self.next_obs = self.algorithm.collect(self.next_obs, progress)
+        statistics = self.algorithm.update(progress)
+        statistics["learning_rate"] = progress.learning_rate
         return statistics
 
     def learning_rate(self) -> float:
@@ -329,6 +299,8 @@ class TrainingSession:
             episodes_this_update=count, total_timesteps=self.num_updates * self.steps_per_update,
             final_update=self.update == self.num_updates,
             **statistics)
+        for name in self._metric_blanks:
+            fields.setdefault(name, None)
         if self.is_main:
             self.last_metrics = self.bus.emit("metrics", **fields)
         return fields
@@ -354,7 +326,7 @@ class TrainingSession:
 
     def record_gif(self, training_seconds: float | None) -> None:
         """One rollout GIF now (GifSchedule says when); training_seconds None: after training."""
-        path = self.run_dir / "rollouts" / f"step_{self.global_step}.gif"
+        path = rollout_gif_path(self.run_dir, self.global_step)
         self.gif_schedule.started(time.perf_counter())
         play_on = self.gif_schedule.play_on_seconds(training_seconds, self._recent_episode_length())
         try:
@@ -396,24 +368,8 @@ class TrainingSession:
         return path
 
     def restore(self) -> None:
-        """Continue from the newest loadable checkpoint of this run; a run that died before its
-        first checkpoint starts again from step 0 in its own folder (nothing to lose)."""
-        folder = checkpoint_folder(self.run_dir, self.config)
-        if self.context is not None:  # the writer reads the disk; ranks on other machines get its checkpoint
-            return restore_across_ranks(self.context, self, folder)
-        if not list_checkpoints(folder):
-            if self.is_main:
-                dropped = trim_events_after(self.run_dir / "metrics.jsonl", 0)
-                self._pending_logs.append(f"no checkpoint to resume from (the run ended before its first one): "
-                                          f"training it again from step 0 in {self.run_dir}"
-                                          + (f" ({dropped} events of the earlier attempt dropped)" if dropped else ""))
-            return
-        path = restore_latest(self, folder)
-        self.recount_updates()
-        if self.is_main:
-            dropped = trim_events_after(self.run_dir / "metrics.jsonl", self.global_step)
-            self._pending_logs.append(f"resumed from {path} at step {self.global_step}" + (
-                f" ({dropped} events after it dropped from metrics.jsonl)" if dropped else ""))
+        """Continue from the newest loadable checkpoint of this run (trainer/run/resume.py)."""
+        resume_session(self)
 
     def close(self) -> None:
         if self.gif_recorder is not None:
@@ -422,3 +378,15 @@ class TrainingSession:
         if self.env is not None:
             self.env.close()
             self.env = None
+
+
+def metric_blanks(algorithm: Algorithm) -> tuple[str, ...]:
+    """The required fields of a metrics event that the algorithm does not compute (an algorithm
+    without a critic has no value_loss): null when the loop has none either. Refuses a metric name
+    that no metrics event carries."""
+    schema = EVENT_SCHEMA["metrics"]
+    unknown = [name for name in algorithm.metric_names if name not in schema.fields]
+    if unknown:
+        raise ValueError(f"{type(algorithm).__name__}.metric_names has {unknown}, which no metrics event carries: "
+                         f"declare them in trainer/config/metrics.py")
+    return tuple(name for name in schema.required if name not in algorithm.metric_names)

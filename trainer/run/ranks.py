@@ -147,7 +147,7 @@ def continues_its_run(context: DistributedContext | None, run_dir: Path, config)
     elastic restart, a re-formation or a restarted pod (a PyTorchJob reruns the same command):
     it continues the run instead of refusing the folder. The writer looks at its disk and tells
     the others (ranks on other machines may have no copy of the folder)."""
-    from trainer.run.run_dir import holds_a_run
+    from trainer.run.layout import holds_a_run
 
     if context is None:
         return holds_a_run(run_dir, config)

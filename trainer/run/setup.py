@@ -1,5 +1,5 @@
-"""What a run is built from, before the loop starts: the device, the CPU threads, the learning
-rate after `lr_scaling`, the environment and the network's description.
+"""What a run is built from, before the loop starts: the run folder's file sinks, the device, the
+CPU threads, the learning rate after `lr_scaling`, the environment and the network's description.
 
 Each is a plain function of the config (and of the distributed context), so the loop, the CLI,
 the Python API and the benchmarks choose them the same way.
@@ -8,16 +8,39 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from trainer.config.keys import TrainConfig
+from trainer.run.events import EventBus, JsonlSink, LogSink, TensorBoardSink
+from trainer.run.layout import events_path, holds_a_run, log_path, tensorboard_path
 from trainer.run.ranks import DistributedContext
-from trainer.nets.models import make_policy_spec
+from trainer.run.resume import ResumeError
+from trainer.nets.spec import make_policy_spec
 
 # (num_envs, device, seed) -> VecEnv: how a session builds its env (and the GIF env)
 EnvFactory = Callable[[int, "torch.device | str", int], object]
+
+
+def open_run_dir(bus: EventBus, run_dir: Path, config: TrainConfig, resume: bool = False) -> None:
+    """Make (or reopen, to resume) a run directory and attach its file sinks, metrics.jsonl and
+    train.log. Refuses a directory that holds another run unless resuming."""
+    if not resume and holds_a_run(run_dir, config):
+        raise ResumeError(f"{run_dir} already holds a run (metrics.jsonl / checkpoints); resume it "
+                          f"(--resume {run_dir}) or train into a new run directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    bus.sinks += [JsonlSink(events_path(run_dir)), LogSink(log_path(run_dir), log_interval=config.log_interval)]
+
+
+def attach_tensorboard(bus: EventBus, run_dir: Path) -> None:
+    """TensorBoard scalars in <run_dir>/tensorboard (a warning, not a failure, without the package)."""
+    try:
+        bus.sinks.append(TensorBoardSink(tensorboard_path(run_dir)))
+    except ImportError:
+        bus.log("tensorboard: true, but the tensorboard package is not installed "
+                "(pip install tensorboard); continuing without TensorBoard logs", level="warning")
 
 
 def device_type(config: TrainConfig) -> str:

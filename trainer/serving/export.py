@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from trainer.run.checkpoint import TrainedModel, load_model
 from trainer.nets.normalization import CLIP, EPSILON
-from trainer.run.run_dir import atomic_write, find_final_model, latest_checkpoint_path
+from trainer.run.files import atomic_write
+from trainer.run.layout import find_final_model, latest_checkpoint_path
 
 # 17 is run by every onnxruntime since 1.14 (2023) and by the engines' ONNX plugins
 # (Unity Sentis / Barracuda, Unreal NNE) that lag behind the newest opsets.

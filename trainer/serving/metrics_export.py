@@ -1,6 +1,7 @@
-"""Prometheus metrics of training runs: the one table of metric names (`METRICS`), the one
-collector that turns runs into the text format, and the trainer's sink of them (served on
-`--metrics-port` by trainer/serving/metrics_server.py).
+"""Prometheus metrics of training runs: their table (`METRICS`, derived from the metric registry
+trainer/config/metrics.py, where each name, type and help is declared), the one collector that
+turns runs into the text format, and the trainer's sink of them (served on `--metrics-port` by
+trainer/serving/metrics_server.py).
 
     python -m trainer --config configs/cartpole.yaml --metrics-port 9109   # http://127.0.0.1:9109/metrics
 
@@ -34,51 +35,32 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from trainer.config.keys import TrainConfig
-from trainer.run.run_dir import END_STATUSES
+from trainer.config.metrics import (
+    PROMETHEUS_PREFIX,
+    PROMETHEUS_RUN_LABELS,
+    must_be_finite,
+    prometheus_help,
+    prometheus_labels,
+    prometheus_metrics,
+)
+from trainer.run.status import END_STATUSES
 
-PREFIX = "rlstudio_"
-RUN_LABELS = ("run_id", "env", "model", "rank")
+PREFIX = PROMETHEUS_PREFIX
+RUN_LABELS = PROMETHEUS_RUN_LABELS
 RUN_STATUSES = ("starting", "running", "stopping", *END_STATUSES, "interrupted")  # run_dir.run_status's values
-LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl")  # None in an event = not finite
+LOSS_FIELDS = must_be_finite()  # None in an event = not finite
 DEFAULT_FALLING_UPDATES: int = TrainConfig.warn_falling_updates  # declared once, in trainer/config/keys.py
 
-# name (without the prefix) -> (type, metrics-event field or None for derived ones, help). The
-# README's table (docs/readme/operations.md) and tests/test_metrics_export.py read this one table.
+# Derived from the metric registry (trainer/config/metrics.py), where every name, type and help is
+# declared: name (without the prefix) -> (type, metrics-event field or None for derived ones, help).
 METRICS: dict[str, tuple[str, str | None, str]] = {
-    "env_steps_total": ("counter", "step", "Environment steps taken by the run (all envs, all ranks)."),
-    "updates_total": ("counter", "update", "Policy updates done."),
-    "episodes_total": ("counter", "episodes", "Episodes finished."),
-    "steps_per_second": ("gauge", "fps", "Environment steps per second in the current session."),
-    "episode_return_mean": ("gauge", "episode_return_mean", "Mean return of the episodes finished in the last update."),
-    "recent_episode_return_mean": ("gauge", "recent_return_mean", "Mean return over the last 100 episodes."),
-    "episode_score_mean": ("gauge", "episode_score_mean", "Mean game score of the episodes finished in the last update."),
-    "recent_episode_score_mean": ("gauge", "recent_score_mean", "Mean game score over the last 100 episodes."),
-    "episode_length_mean": ("gauge", "episode_length_mean", "Mean length (steps) of the episodes finished in the last update."),
-    "recent_episode_length_mean": ("gauge", "recent_length_mean", "Mean length (steps) over the last 100 episodes."),
-    "policy_loss": ("gauge", "policy_loss", "Policy (actor) loss of the last update; NaN when not finite."),
-    "value_loss": ("gauge", "value_loss", "Value (critic) loss of the last update; NaN when not finite."),
-    "entropy": ("gauge", "entropy", "Policy entropy (nats) in the last update."),
-    "approx_kl": ("gauge", "approx_kl", "Approximate KL divergence between the old and new policy."),
-    "clip_fraction_ratio": ("gauge", "clip_fraction", "Share (0-1) of samples whose ratio was clipped."),
-    "learning_rate": ("gauge", "learning_rate", "Learning rate of the last update."),
-    "nonfinite_losses": ("gauge", None, "How many of policy/value loss, entropy and approx KL were NaN or infinite "
-                                        "in the last update."),
-    "return_falling_updates": ("gauge", None, "Consecutive updates in which the recent mean return fell."),
-    "return_falling_threshold": ("gauge", None, "The run's warn_falling_updates: the streak the studio warns at "
-                                                "and the RLStudioReturnFalling alert fires at."),
-    "checkpoint_age_seconds": ("gauge", None, "Seconds since the run's last checkpoint (since its start before the "
-                                              "first)."),
-    "run_status": ("gauge", None, "1 for the run's current status (label status), 0 for the others."),
-    "process_cpu_seconds_total": ("counter", None, "CPU seconds used by the run's trainer process."),
-    "process_resident_memory_bytes": ("gauge", None, "Resident memory of the run's trainer process."),
+    metric.prometheus.name: (metric.prometheus.type, metric.name if metric.event else None, prometheus_help(metric))
+    for metric in prometheus_metrics(per_run=True) if metric.prometheus is not None
 }
 # Not per run: the machine (label gpu) and the runs folder's disk.
 MACHINE_METRICS: dict[str, tuple[str, str]] = {
-    "gpu_utilization_ratio": ("gauge", "GPU utilisation (0-1), per NVIDIA GPU (label gpu)."),
-    "gpu_memory_used_bytes": ("gauge", "GPU memory in use, per NVIDIA GPU."),
-    "gpu_memory_total_bytes": ("gauge", "GPU memory, per NVIDIA GPU."),
-    "runs_disk_free_bytes": ("gauge", "Free space on the disk that holds the runs folder."),
-    "runs_disk_size_bytes": ("gauge", "Size of the disk that holds the runs folder."),
+    metric.prometheus.name: (metric.prometheus.type, prometheus_help(metric))
+    for metric in prometheus_metrics(per_run=False) if metric.prometheus is not None
 }
 
 
@@ -227,12 +209,14 @@ class RunsCollector(Collector):
 
     def collect(self):
         families = {}
-        for name, (kind, _, help_text) in METRICS.items():
-            family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        for metric in prometheus_metrics(per_run=True):
+            exported = metric.prometheus
+            assert exported is not None
+            family_type = CounterMetricFamily if exported.type == "counter" else GaugeMetricFamily
             # CounterMetricFamily appends _total itself: give it the base name.
-            base = PREFIX + (name[: -len("_total")] if kind == "counter" else name)
-            labels = list(RUN_LABELS) + (["status"] if name == "run_status" else [])
-            families[name] = family_type(base, help_text, labels=labels)
+            base = PREFIX + (exported.name.removesuffix("_total") if exported.type == "counter" else exported.name)
+            families[exported.name] = family_type(base, prometheus_help(metric),
+                                                  labels=list(prometheus_labels(exported)))
         now = time.time()
         for run in self.runs():
             self._add_run(families, run, now)

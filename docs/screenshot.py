@@ -1,36 +1,35 @@
 """Regenerate the README's screenshot from a real run, and write its caption from that run.
 
-    python docs/readme/screenshot.py                 # Flappy Bird's shipped config, 60 s in
-    python docs/readme/screenshot.py --seconds 90 --game snake
+    python docs/screenshot.py                 # Flappy Bird's shipped config, 60 s in
+    python docs/screenshot.py --seconds 90 --game snake
 
 It starts the studio (`python app.py`, on a free port, with a fresh runs folder), starts a run
 of the game's shipped config through the studio's API, opens the page in headless Chromium (a
 new tab follows the running run), waits, takes `assets/screenshot.png`, and then writes the
-caption under the image in docs/readme/studio.md from the run's own status at that moment (step,
-total, speed, the game score) and rebuilds README.md. Needs what the browser tests need:
+caption under the image in README.md and docs/studio.md from the run's own status at that moment
+(step, total, speed, the game score). Needs what the browser tests need:
 Playwright and /usr/bin/chromium.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_studio_helpers import CHROMIUM, CHROMIUM_ARGS, start_studio  # noqa: E402  (the tests' studio starter)
+from trainer.run.files import atomic_write  # noqa: E402
 
-from trainer.run.run_dir import atomic_write  # noqa: E402
-
-STUDIO_MD = ROOT / "docs" / "readme" / "studio.md"
+CAPTIONED = [ROOT / "README.md", ROOT / "docs" / "studio.md"]  # the pages that show the screenshot
 IMAGE = ROOT / "assets" / "screenshot.png"
-CAPTION = re.compile(r"(!\[[^\]]*\]\(assets/screenshot\.png\)\n\n)\*.*?\*\n", re.S)
+CAPTION = re.compile(r"(!\[[^\]]*\]\((?:\.\./)?assets/screenshot\.png\)\n\n)\*.*?\*\n", re.S)
 GAME_TITLES = {"flappy_bird": "Flappy Bird", "snake": "Snake", "cartpole": "CartPole"}
 
 
@@ -43,14 +42,16 @@ def caption(game: str, summary: dict, seconds: float) -> str:
     score = (summary.get("last_metrics") or {}).get("recent_score_mean")
     shown_score = f", mean game score {score:.0f}" if isinstance(score, (int, float)) else ""
     cores = os.cpu_count()
-    return (f"*A {GAME_TITLES.get(game, game)} run {seconds:.0f} s in ({_millions(summary['step'])} of "
-            f"{_millions(summary['total_timesteps'])} steps at {summary['fps']:,.0f} steps/s{shown_score}, "
-            f"{cores}-core CPU, the shipped config): status line with speed and ETA, the game score climbing, "
-            f"the latest rollout GIF, the trainer's log, the PPO diagnostics, downloads and the machine's load.*\n")
+    return (
+        f"*A {GAME_TITLES.get(game, game)} run {seconds:.0f} s in ({_millions(summary['step'])} of "
+        f"{_millions(summary['total_timesteps'])} steps at {summary['fps']:,.0f} steps/s{shown_score}, "
+        f"{cores}-core CPU, the shipped config): status line with speed and ETA, the game score climbing, "
+        f"the latest rollout GIF, the trainer's log, the PPO diagnostics, downloads and the machine's load.*\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python docs/readme/screenshot.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python docs/screenshot.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="flappy_bird", choices=sorted(GAME_TITLES))
     parser.add_argument("--seconds", type=float, default=60.0, help="training time before the picture")
     args = parser.parse_args(argv)
@@ -78,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     atomic_write(IMAGE, shot)
-    text = STUDIO_MD.read_text(encoding="utf-8")
-    if not CAPTION.search(text):
-        raise SystemExit(f"no screenshot caption found in {STUDIO_MD}")
-    atomic_write(STUDIO_MD, CAPTION.sub(lambda m: m.group(1) + caption(args.game, summary, elapsed), text, count=1))
-    subprocess.run([sys.executable, str(ROOT / "docs" / "readme" / "build_readme.py")], check=True)
+    for page in CAPTIONED:
+        text = page.read_text(encoding="utf-8")
+        if not CAPTION.search(text):
+            raise SystemExit(f"no screenshot caption found in {page}")
+        atomic_write(page, CAPTION.sub(lambda m: m.group(1) + caption(args.game, summary, elapsed), text, count=1))
     print(f"wrote {IMAGE.relative_to(ROOT)} and the caption: {caption(args.game, summary, elapsed).strip()}")
     return 0
 

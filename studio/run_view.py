@@ -1,0 +1,219 @@
+"""One run shown on the page: its components (`RunView`: status line, charts and their controls,
+rollout GIF, log, download buttons), laid out once for the Train tab's live view and once for
+the Runs tab, and `RunViewHandlers.render_run`, which turns snapshots into their updates.
+
+Unchanged parts are `gr.skip()`, and charts, log and files are redrawn at a bounded pace while a
+run trains: redrawing costs the browser, and each new file is another copy in Gradio's cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gradio as gr
+from gradio.components.plot import PlotData
+
+from studio import views
+from studio.charts import MAX_SMOOTHING, ChartOptions, CurveSource, diagnostics_figure, reward_figure
+from studio.handlers import DOWNLOAD_KINDS, Handlers, changed_value
+from studio.runs import RunSnapshot
+from trainer.run.layout import CONFIG_FILE, METRICS_CSV_FILE
+
+FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
+
+
+class RunViewHandlers(Handlers):
+    """Renders runs into a RunView's outputs, remembering per session (`viewed`) what it drew."""
+
+    def render_run(self, run: RunSnapshot | None, overlays: Sequence[RunSnapshot], viewed: dict,
+                   with_log: bool, chart: ChartOptions | None = None) -> tuple[list, dict]:
+        """Updates for a RunView's outputs; unchanged parts are gr.skip(). `chart`: what the
+        main chart shows (the controls above it)."""
+        viewed = dict(viewed or {})
+        chart = chart or ChartOptions()
+
+        def changed(part: str, key: object) -> bool:
+            return changed_value(viewed, part, key)
+
+        if run is None:
+            updates = [views.status_html(None)]
+            empty = changed("charts", None)
+            updates += [plot_data(reward_figure([])) if empty else gr.skip()]
+            updates += ([gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None)
+                        else [gr.skip(), gr.skip()])
+            updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
+            updates += [plot_data(diagnostics_figure([])) if empty else gr.skip()]
+            updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
+                        for kind in DOWNLOAD_KINDS]
+            return updates, viewed
+
+        sources = [run] + [other for other in overlays if other.run_id != run.run_id]
+        chart_key = (chart, *((source.run_id, source.update_count, source.status) for source in sources))
+        curves = [CurveSource(source.run_id, source.metrics, source.env_name) for source in sources]
+        # Redrawing plotly charts costs the browser more than anything else on the page: at most
+        # every `chart_seconds` while a shown run trains, and once more when it ends; at once when
+        # the runs shown change (a new selection, a run ticked to compare).
+        shown_ids = tuple(source.run_id for source in sources)
+        due = (not any(source.is_active for source in sources) or viewed.get("charts_runs") != shown_ids
+               or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds)
+        charts_changed = due and changed("charts", chart_key)
+        if charts_changed:
+            viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids
+        updates: list = [views.status_html(run)]
+        updates.append(plot_data(reward_figure(curves, **chart.kwargs())) if charts_changed else gr.skip())
+
+        gif = run.latest_gif
+        gif_path = self._file(gif.path) if gif else None
+        if changed("gif", (run.run_id, gif_path)):
+            updates += [gr.Image(value=gif_path),
+                        views.gif_caption_html(gif if gif_path else None, run.config.get("env_name"))]
+        else:
+            updates += [gr.skip(), gr.skip()]
+        if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
+            log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
+            log_changed = log_due and changed("log", views.log_identity(run))
+            if log_changed:
+                viewed["log_at"] = time.time()
+            updates.append(views.log_html(views.log_text(run)) if log_changed else gr.skip())
+        updates.append(plot_data(diagnostics_figure(curves, x=chart.x)) if charts_changed else gr.skip())
+
+        # Each changed file handed to a download button is copied into Gradio's cache: while the
+        # run trains, refresh them at most every FILES_SECONDS; at the end, at once.
+        files_due = not run.is_active or time.time() - viewed.get("files_at", 0.0) >= FILES_SECONDS
+        if not files_due:
+            return updates + [gr.skip()] * len(DOWNLOAD_KINDS), viewed
+        viewed["files_at"] = time.time()
+        files = self._run_files(run, write_csv=changed("csv", (run.run_id, run.update_count, run.is_active)))
+        for kind in DOWNLOAD_KINDS:
+            path = files[kind]
+            key = (path, _file_identity(path))
+            if changed(f"file-{kind}", key):
+                updates.append(gr.DownloadButton(value=path, interactive=path is not None))
+            else:
+                updates.append(gr.skip())
+        return updates, viewed
+
+    def _run_view_size(self, with_log: bool) -> int:
+        """How many outputs render_run returns (status, charts, GIF and caption, log, files): counted
+        from an empty render, so it follows the run view's parts."""
+        return len(self.render_run(None, [], {}, with_log=with_log)[0])
+
+
+# ----------------------------------------------------------------------------- components
+
+
+@dataclass
+class RunView:
+    """The components that show one run (and, in the Runs tab, others overlaid on its charts)."""
+
+    status: gr.HTML
+    reward_plot: gr.Plot
+    diagnostics_plot: gr.Plot
+    gif: gr.Image
+    gif_caption: gr.HTML       # under the GIF, not on it (the games draw their score at the top)
+    log: gr.HTML | None
+    downloads: list[gr.DownloadButton]
+    chart_controls: list  # metric, smoothing, log scale, x-axis: ChartOptions.from_controls(*values)
+
+    @property
+    def outputs(self) -> list:
+        shown = [self.status, self.reward_plot, self.gif, self.gif_caption]
+        shown += [self.log] if self.log is not None else []
+        return shown + [self.diagnostics_plot, *self.downloads]
+
+
+def build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -> RunView:
+    """The run's components; `status` when the page placed the status line elsewhere already."""
+    status = status or build_status(prefix)
+    chart_controls = build_chart_controls(prefix)
+    reward_plot = gr.Plot(plot_data(reward_figure([])), show_label=False, elem_id=f"{prefix}reward-plot")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            gif = gr.Image(
+                label="Rollout", show_label=False, type="filepath", interactive=False, height=330,
+                elem_id=f"{prefix}rollout-gif", buttons=["download"],
+            )
+            gif_caption = gr.HTML(views.gif_caption_html(None), elem_id=f"{prefix}rollout-caption")
+        log = None
+        if with_log:
+            log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
+    diagnostics_plot = gr.Plot(plot_data(diagnostics_figure([])), show_label=False, elem_id=f"{prefix}diagnostics-plot")
+    with gr.Row():
+        downloads = [
+            gr.DownloadButton("Final model (.pth)", interactive=False, variant="primary", elem_id=f"{prefix}download-model"),
+            gr.DownloadButton("Latest checkpoint", interactive=False, elem_id=f"{prefix}download-checkpoint"),
+            gr.DownloadButton(CONFIG_FILE, interactive=False, elem_id=f"{prefix}download-config"),
+            gr.DownloadButton(METRICS_CSV_FILE, interactive=False, elem_id=f"{prefix}download-metrics"),
+        ]
+    return RunView(status, reward_plot, diagnostics_plot, gif, gif_caption, log, downloads, chart_controls)
+
+
+def build_chart_controls(prefix: str) -> list:
+    """The main chart's options, as in TensorBoard / W&B: what to plot, EMA smoothing, log
+    scale, steps or training time on the x-axis."""
+    default = ChartOptions()
+    with gr.Row(equal_height=True, elem_classes=["chart-controls"]):
+        metric = gr.Radio([("game score", "score"), ("return", "return"), ("length", "length")],
+                          value=default.metric, label="chart", scale=3, min_width=330, elem_id=f"{prefix}chart-metric")
+        smoothing = gr.Slider(0.0, MAX_SMOOTHING, value=default.smoothing, step=0.01, label="smoothing (EMA)",
+                              scale=2, min_width=160, elem_id=f"{prefix}chart-smoothing")
+        log_scale = gr.Checkbox(default.log, label="log scale", scale=1, min_width=100, elem_id=f"{prefix}chart-log")
+        x_axis = gr.Radio([("steps", "steps"), ("training time", "time")], value=default.x, label="x-axis",
+                          scale=2, min_width=200, elem_id=f"{prefix}chart-x")
+    return [metric, smoothing, log_scale, x_axis]
+
+
+def on_chart_change(controls: list, handler, inputs: list, viewed: gr.State, outputs: list, **options) -> None:
+    """Redraw with `handler` at once when the user changes a chart control (a slider on release):
+    the session's `viewed` state forgets when the charts were last drawn, so the redraw is not
+    held back to the charts' pace while a run trains."""
+    position = inputs.index(viewed)
+
+    def redraw_now(*values):
+        values = list(values)
+        values[position] = charts_due_now(values[position])
+        return handler(*values)
+
+    for control in controls:
+        trigger = control.release if isinstance(control, gr.Slider) else control.input
+        trigger(redraw_now, inputs, outputs, show_progress="hidden", **options)
+
+
+def build_status(prefix: str) -> gr.HTML:
+    """The run's status line: its name, badge, score, progress and error."""
+    return gr.HTML(views.status_html(None), elem_id=f"{prefix}status")
+
+
+def plot_data(figure: dict) -> PlotData:
+    """A plotly-JSON figure dict, ready for gr.Plot without building a plotly Figure."""
+    return PlotData(type="plotly", plot=json.dumps(figure))
+
+
+def charts_due_now(viewed: dict | None) -> dict:
+    """A copy of a session's `viewed` whose next render draws the charts whatever their pace (the
+    user changed what they show)."""
+    return {**(viewed or {}), "charts_at": 0.0}
+
+
+def _file_identity(path: str | None) -> tuple | None:
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _file_identity(path: str | None) -> tuple | None:
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_mtime_ns, stat.st_size)

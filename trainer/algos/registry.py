@@ -1,0 +1,95 @@
+"""The algorithms the trainer knows, by the name the `algo` key takes: one `register` call each.
+
+    from trainer.algos.registry import register
+    register("reinforce", Reinforce)          # a trainer.algos.base.Algorithm subclass
+
+Registering feeds every user of the name: the `algo` key's choices and the algorithm's own keys
+(trainer/config/keys.py validates with them; the studio's form shows them while it is chosen),
+the Python API (`trainer.api.api_class(name)`) and checkpoints (they record `algo`; resuming and
+`Model.load` build the algorithm from it).
+
+The built-in algorithms are registered at the bottom by "module:Class" path, with their keys
+given here, so that reading their names and keys imports no torch (the studio's process never
+does); `import trainer` imports this module, so every entry point knows them. An algorithm
+registered elsewhere is known in the process that registered it, and in processes forked from
+it after that.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_SUMMARY, PPOKeys, check_a2c
+from trainer.config.keys import declare_algorithm, forget_algorithm
+
+if TYPE_CHECKING:
+    from trainer.algos.base import Algorithm
+
+NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+@dataclass(frozen=True)
+class Registration:
+    name: str
+    target: type[Algorithm] | str     # the class, or "module:Class" imported on first use
+    summary: str
+
+    def load(self) -> type[Algorithm]:
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @property
+    def class_name(self) -> str:
+        """What the Python API calls it: the class's own name (`PPO`, `A2C`)."""
+        return self.target.partition(":")[2] if isinstance(self.target, str) else self.target.__name__
+
+
+ALGORITHMS: dict[str, Registration] = {}
+
+
+def register(name: str, cls: type[Algorithm] | str, *, summary: str | None = None, keys: type | None = None,
+             check: Callable[..., None] | None = None) -> None:
+    """Make `cls` trainable as `algo: name`. For a class, summary, keys and check default to its
+    own `summary`, `keys` and `check_config`; a "module:Class" path gives them here instead."""
+    from trainer.algos.base import Algorithm
+
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError(f"an algorithm's name is lower case letters, digits and _ (at most 40), got {name!r}")
+    if not isinstance(cls, str):
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            raise TypeError(f"register({name!r}, ...) takes a subclass of trainer.algos.base.Algorithm, got {cls!r}")
+        summary = summary if summary is not None else cls.summary
+        keys = keys if keys is not None else cls.keys
+        check = check if check is not None else cls.check_config
+    declare_algorithm(name, summary or "", keys, check)  # the config's table: refuses a clashing key
+    ALGORITHMS[name] = Registration(name, cls, summary or "")
+
+
+def unregister(name: str) -> None:
+    """Forget an algorithm (tests register their own and leave the process as they found it)."""
+    ALGORITHMS.pop(name, None)
+    forget_algorithm(name)
+
+
+def registration(name: str) -> Registration:
+    """The algorithm registered as `name`; ValueError lists the ones there are."""
+    found = ALGORITHMS.get(str(name).strip().lower())
+    if found is None:
+        raise ValueError(f"no algorithm {str(name)[:80]!r} is registered here; the registered ones: "
+                         f"{', '.join(ALGORITHMS)} (register it with trainer.algos.registry.register before "
+                         f"training or loading it)")
+    return found
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    """The class that trains `algo: name`."""
+    return registration(name).load()
+
+
+register("ppo", "trainer.algos.ppo:PPO", summary=PPO_SUMMARY, keys=PPOKeys)
+register("a2c", "trainer.algos.ppo:A2C", summary=A2C_SUMMARY, keys=PPOKeys, check=check_a2c)
