@@ -25,8 +25,7 @@ def parse_auth(text: str | None) -> tuple[str, str] | None:
         return None
     user, colon, password = text.partition(":")
     if not colon or not user or not password:
-        raise argparse.ArgumentTypeError(
-            f"--auth expects user:password (e.g. --auth alice:s3cret), got {text!r}")
+        raise argparse.ArgumentTypeError(f"--auth expects user:password (e.g. --auth alice:s3cret), got {text!r}")
     return user, password
 
 
@@ -75,8 +74,10 @@ def check_runs_dir(runs_dir: str) -> None:
         os.close(descriptor)
         os.unlink(probe)
     except OSError as error:
-        raise StartupError(f"--runs-dir {runs_dir}: cannot write there ({error.strerror or error}); pass a folder "
-                           "you can write to, or fix its permissions") from None
+        raise StartupError(
+            f"--runs-dir {runs_dir}: cannot write there ({error.strerror or error}); pass a folder "
+            "you can write to, or fix its permissions"
+        ) from None
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -86,8 +87,10 @@ def check_port_free(host: str, port: int) -> None:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.bind((host, port))
     except OSError as error:
-        raise StartupError(f"cannot listen on {host}:{port} ({error.strerror or error}); is another studio "
-                           "running? Pick another --port") from None
+        raise StartupError(
+            f"cannot listen on {host}:{port} ({error.strerror or error}); is another studio "
+            "running? Pick another --port"
+        ) from None
 
 
 def exposure_warning(host: str, auth: tuple[str, str] | None) -> str | None:
@@ -109,31 +112,59 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python app.py",
         description="RL Studio: configure, launch and watch reinforcement-learning runs in the browser.",
     )
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only; "
-                             "0.0.0.0 opens it to the network, use --auth then)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; "
+        "0.0.0.0 opens it to the network, use --auth then)",
+    )
     parser.add_argument("--port", type=port_number, default=7860, help="port (default 7860)")
     parser.add_argument("--runs-dir", default="runs", help="folder of run directories (default ./runs)")
-    parser.add_argument("--auth", type=parse_auth, default=os.environ.get("RL_STUDIO_AUTH") or None,
-                        metavar="USER:PASSWORD",
-                        help="require this login (default: the RL_STUDIO_AUTH environment variable, if set)")
-    parser.add_argument("--max-concurrent-runs", type=positive_int, default=2, metavar="N",
-                        help="how many runs may train at once (default 2)")
-    parser.add_argument("--allow-custom-envs", action="store_true",
-                        help="accept package.module:Class environments and wrappers from the web form "
-                             "(this imports and runs that code on the server)")
-    parser.add_argument("--cluster-host", default="127.0.0.1", metavar="ADDRESS",
-                        help="address a run that accepts workers (max_nodes > 1) listens on for them "
-                             "(default 127.0.0.1: workers on this machine only; give this machine's "
-                             "address on a private network to let others join)")
-    parser.add_argument("--cluster-port", type=port_number, default=DEFAULT_PORT,
-                        help=f"admission port of that run (default {DEFAULT_PORT}, the guide's); its store "
-                             f"listens on the next port")
-    parser.add_argument("--max-upload-size", type=upload_size, default=DEFAULT_MAX_UPLOAD, metavar="SIZE",
-                        help=f"largest upload (a .yaml config, a .pth to evaluate) the page accepts, e.g. 50mb "
-                             f"(default {DEFAULT_MAX_UPLOAD})")
-    parser.add_argument("--poll-seconds", type=float, default=1.0,
-                        help="how often an open page refreshes a running run (default 1 s)")
+    parser.add_argument(
+        "--auth",
+        type=parse_auth,
+        default=os.environ.get("RL_STUDIO_AUTH") or None,
+        metavar="USER:PASSWORD",
+        help="require this login (default: the RL_STUDIO_AUTH environment variable, if set)",
+    )
+    parser.add_argument(
+        "--max-concurrent-runs",
+        type=positive_int,
+        default=2,
+        metavar="N",
+        help="how many runs may train at once (default 2)",
+    )
+    parser.add_argument(
+        "--allow-custom-envs",
+        action="store_true",
+        help="accept package.module:Class environments and wrappers from the web form "
+        "(this imports and runs that code on the server)",
+    )
+    parser.add_argument(
+        "--cluster-host",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="address a run that accepts workers (max_nodes > 1) listens on for them "
+        "(default 127.0.0.1: workers on this machine only; give this machine's "
+        "address on a private network to let others join)",
+    )
+    parser.add_argument(
+        "--cluster-port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"admission port of that run (default {DEFAULT_PORT}, the guide's); its store listens on the next port",
+    )
+    parser.add_argument(
+        "--max-upload-size",
+        type=upload_size,
+        default=DEFAULT_MAX_UPLOAD,
+        metavar="SIZE",
+        help=f"largest upload (a .yaml config, a .pth to evaluate) the page accepts, e.g. 50mb "
+        f"(default {DEFAULT_MAX_UPLOAD})",
+    )
+    parser.add_argument(
+        "--poll-seconds", type=float, default=1.0, help="how often an open page refreshes a running run (default 1 s)"
+    )
     return parser
 
 
@@ -176,10 +207,17 @@ def main(argv: list[str] | None = None) -> None:
     from studio.ui import launch
 
     launch(
-        host=args.host, port=args.port, runs_dir=args.runs_dir, auth=args.auth,
-        max_concurrent_runs=args.max_concurrent_runs, allow_custom_envs=args.allow_custom_envs,
-        poll_seconds=args.poll_seconds, cluster_host=args.cluster_host, cluster_port=args.cluster_port,
-        max_upload_size=args.max_upload_size, scratch=scratch,
+        host=args.host,
+        port=args.port,
+        runs_dir=args.runs_dir,
+        auth=args.auth,
+        max_concurrent_runs=args.max_concurrent_runs,
+        allow_custom_envs=args.allow_custom_envs,
+        poll_seconds=args.poll_seconds,
+        cluster_host=args.cluster_host,
+        cluster_port=args.cluster_port,
+        max_upload_size=args.max_upload_size,
+        scratch=scratch,
     )
 
 

@@ -1,4 +1,5 @@
 """`python -m benchmarks`: see benchmarks/run.py."""
+
 import sys
 
 from benchmarks.run import main

@@ -16,6 +16,7 @@ all-reduce measured here and with the guide's 10 ms between nodes. On a machine 
 cores than processes the measured steps/s cannot scale (ranks share the cores): that is what
 the model is for.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ def _metrics(path: Path) -> list[dict]:
         try:
             event = json.loads(line)
         except ValueError:
-            continue          # a line being written
+            continue  # a line being written
         if event.get("type") == "metrics":
             events.append(event)
     return events
@@ -55,10 +56,27 @@ def train_until(config: str, nproc: int, seconds: float, stop=None, extra: list[
     then end it (its whole process group); returns its metrics events."""
     with tempfile.TemporaryDirectory(prefix="rl-cluster-bench-") as folder:
         run_dir = Path(folder) / "run"
-        process = subprocess.Popen([sys.executable, "-m", "trainer", "--config", config, "--nproc", str(nproc),
-                                    "--run-dir", str(run_dir), "--quiet", *QUIET, *extra],
-                                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainer",
+                "--config",
+                config,
+                "--nproc",
+                str(nproc),
+                "--run-dir",
+                str(run_dir),
+                "--quiet",
+                *QUIET,
+                *extra,
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         deadline = time.time() + seconds
         events: list[dict] = []
         try:
@@ -131,8 +149,13 @@ def all_reduce_seconds(numel: int, world_size: int, repeats: int = 300) -> float
 
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "times.json")
-        mp.start_processes(_all_reduce_rank, args=(world_size, free_port(), numel, repeats, out), nprocs=world_size,
-                           join=True, start_method="spawn")
+        mp.start_processes(
+            _all_reduce_rank,
+            args=(world_size, free_port(), numel, repeats, out),
+            nprocs=world_size,
+            join=True,
+            start_method="spawn",
+        )
         return statistics.median(json.loads(Path(out).read_text()))
 
 
@@ -147,20 +170,24 @@ def scaling_model(update_seconds: float, gradient_steps: int, all_reduce: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60, help="wall seconds per steps/s run (default 60)")
-    parser.add_argument("--flappy-seconds", type=float, default=420,
-                        help="wall-clock bound per time-to-50-pipes run (default 420)")
+    parser.add_argument(
+        "--flappy-seconds", type=float, default=420, help="wall-clock bound per time-to-50-pipes run (default 420)"
+    )
     parser.add_argument("--skip-flappy", action="store_true")
     parser.add_argument("--config", default="configs/cartpole.yaml", help="config for steps/s (default cartpole)")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
-    print(f"machine: {os.cpu_count()} cores, load average {load:.1f} at the start (shared machine: figures are "
-          f"under that load)")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {load:.1f} at the start (shared machine: figures are "
+        f"under that load)"
+    )
     results: dict = {"cores": os.cpu_count(), "load_at_start": load, "config": args.config}
 
     rows = []
     for nproc in (1, 2, 4):
-        fps = steady_steps_per_second(train_until(args.config, nproc, args.seconds,
-                                                  extra=["--set", "total_timesteps=100_000_000"]))
+        fps = steady_steps_per_second(
+            train_until(args.config, nproc, args.seconds, extra=["--set", "total_timesteps=100_000_000"])
+        )
         rows.append((nproc, fps))
         print(f"  {nproc} process(es): {fps or float('nan'):,.0f} steps/s", flush=True)
     results["steps_per_second"] = {str(n): fps for n, fps in rows}
@@ -176,44 +203,71 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_flappy:
         flappy = {}
         for nproc in (1, 2):
-            events = train_until("configs/flappy_bird.yaml", nproc, args.flappy_seconds,
-                                 stop=lambda found: any((e.get("recent_score_mean") or 0) >= 50 for e in found))
+            events = train_until(
+                "configs/flappy_bird.yaml",
+                nproc,
+                args.flappy_seconds,
+                stop=lambda found: any((e.get("recent_score_mean") or 0) >= 50 for e in found),
+            )
             hit = next((e for e in events if (e.get("recent_score_mean") or 0) >= 50), None)
             best = max(((e.get("recent_score_mean") or 0) for e in events), default=0)
-            flappy[str(nproc)] = {"seconds": hit["elapsed"] if hit else None, "steps": hit["step"] if hit else None,
-                                  "best_mean_score": best, "bound_seconds": args.flappy_seconds}
-            print(f"  flappy bird, {nproc} process(es): " + (f"50 pipes after {hit['elapsed']:.1f} training s, "
-                  f"{hit['step']:,} steps" if hit else f"not 50 pipes within {args.flappy_seconds:.0f} s wall "
-                                                       f"(best mean {best:.1f})"), flush=True)
+            flappy[str(nproc)] = {
+                "seconds": hit["elapsed"] if hit else None,
+                "steps": hit["step"] if hit else None,
+                "best_mean_score": best,
+                "bound_seconds": args.flappy_seconds,
+            }
+            print(
+                f"  flappy bird, {nproc} process(es): "
+                + (
+                    f"50 pipes after {hit['elapsed']:.1f} training s, {hit['step']:,} steps"
+                    if hit
+                    else f"not 50 pipes within {args.flappy_seconds:.0f} s wall (best mean {best:.1f})"
+                ),
+                flush=True,
+            )
         results["flappy_50_pipes"] = flappy
 
     print()
-    print(f"| {args.config}, gloo on {os.cpu_count()} CPU cores (load {load:.1f}) | 1 process | 2 processes "
-          f"| 4 processes |")
+    print(
+        f"| {args.config}, gloo on {os.cpu_count()} CPU cores (load {load:.1f}) | 1 process | 2 processes "
+        f"| 4 processes |"
+    )
     print("|---|---|---|---|")
     print("| steps/s (training seconds) | " + " | ".join(f"{fps:,.0f}" if fps else "n/a" for _, fps in rows) + " |")
-    print(f"| all-reduce of one gradient step ({numel:,} floats, loopback), median | - | "
-          f"{reduce[2] * 1e3:.3f} ms | {reduce[4] * 1e3:.3f} ms |")
-    print(f"| all-reduce per update ({gradient_steps} gradient steps) vs one update's compute "
-          f"({update_seconds * 1e3:.0f} ms) | - | {gradient_steps * reduce[2] * 1e3:.1f} ms "
-          f"| {gradient_steps * reduce[4] * 1e3:.1f} ms |")
+    print(
+        f"| all-reduce of one gradient step ({numel:,} floats, loopback), median | - | "
+        f"{reduce[2] * 1e3:.3f} ms | {reduce[4] * 1e3:.3f} ms |"
+    )
+    print(
+        f"| all-reduce per update ({gradient_steps} gradient steps) vs one update's compute "
+        f"({update_seconds * 1e3:.0f} ms) | - | {gradient_steps * reduce[2] * 1e3:.1f} ms "
+        f"| {gradient_steps * reduce[4] * 1e3:.1f} ms |"
+    )
     if "flappy_50_pipes" in results:
         cells = []
         for nproc in ("1", "2"):
             item = results["flappy_50_pipes"][nproc]
             reached = item["seconds"] is not None
-            cells.append(f"{item['seconds']:.1f} s ({item['steps'] / 1e6:.2f} M steps)" if reached
-                         else f"not within {item['bound_seconds']:.0f} s (best {item['best_mean_score']:.1f})")
+            cells.append(
+                f"{item['seconds']:.1f} s ({item['steps'] / 1e6:.2f} M steps)"
+                if reached
+                else f"not within {item['bound_seconds']:.0f} s (best {item['best_mean_score']:.1f})"
+            )
         print(f"| Flappy Bird: training seconds to a mean score of 50 pipes | {cells[0]} | {cells[1]} | |")
     print()
-    print("Scaling model, one rank per GPU: speedup(N) = N T1 / (T1 + g a(N)), T1 = one rank's update "
-          f"({update_seconds * 1e3:.0f} ms measured, 1 process), g = {gradient_steps}")
+    print(
+        "Scaling model, one rank per GPU: speedup(N) = N T1 / (T1 + g a(N)), T1 = one rank's update "
+        f"({update_seconds * 1e3:.0f} ms measured, 1 process), g = {gradient_steps}"
+    )
     print("| N | a = measured loopback (4-process value) | a = 1 ms | a = 10 ms (the guide's bound between nodes) |")
     print("|---|---|---|---|")
     model = {}
     for n in (1, 2, 4, 8, 16):
-        cells = [scaling_model(update_seconds, gradient_steps, 0.0 if n == 1 else value, n)
-                 for value in (reduce[4], 1e-3, 10e-3)]
+        cells = [
+            scaling_model(update_seconds, gradient_steps, 0.0 if n == 1 else value, n)
+            for value in (reduce[4], 1e-3, 10e-3)
+        ]
         model[str(n)] = cells
         print(f"| {n} | " + " | ".join(f"{cell:.2f}x" for cell in cells) + " |")
     results["model_speedup"] = model

@@ -6,6 +6,7 @@ process keeps them from sharing warm caches or imported modules, and lets the pa
 time from process launch honestly: it writes `launched_at` right before starting this process,
 and a result's `solve_unix_time` minus it is the seconds a user would wait from `python ...`.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-KINDS = ("sb3_throughput", "sb3_time_to_solve", "ours_throughput", "ours_time_to_solve",
-         "ours_game", "ours_ceiling", "studio_run_start")
+KINDS = (
+    "sb3_throughput",
+    "sb3_time_to_solve",
+    "ours_throughput",
+    "ours_time_to_solve",
+    "ours_game",
+    "ours_ceiling",
+    "studio_run_start",
+)
 
 
 def set_threads(threads: int) -> None:
@@ -29,24 +37,31 @@ def run_measurement(kind: str, params: dict[str, Any]) -> dict[str, Any]:
     """Dispatch to the measurement function of `kind` (imported lazily: SB3 is slow to import)."""
     if kind == "sb3_throughput":
         from benchmarks.sb3_peer import sb3_throughput
+
         return sb3_throughput(**params)
     if kind == "sb3_time_to_solve":
         from benchmarks.sb3_peer import sb3_time_to_solve
+
         return sb3_time_to_solve(**params)
     if kind == "ours_throughput":
         from benchmarks.ours import ours_throughput
+
         return ours_throughput(**params)
     if kind == "ours_time_to_solve":
         from benchmarks.ours import ours_time_to_solve
+
         return ours_time_to_solve(**params)
     if kind == "ours_game":
         from benchmarks.ours import ours_game
+
         return ours_game(**params)
     if kind == "ours_ceiling":
         from benchmarks.ours import ours_ceiling
+
         return ours_ceiling(**params)
     if kind == "studio_run_start":
         from benchmarks.run_start import measure
+
         return measure(**params)
     raise ValueError(f"unknown benchmark kind {kind!r}; expected one of {', '.join(KINDS)}")
 

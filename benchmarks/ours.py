@@ -6,12 +6,14 @@ write into a temporary run directory. Rollout GIFs and periodic checkpoints are 
 (`gif_interval=0`, `checkpoint.interval=0`): Stable-Baselines3 does neither, and they are not
 learning. Everything else in the shipped configs is used as shipped.
 """
+
 from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.sb3_peer import NET_ARCH
 
@@ -26,10 +28,14 @@ def shipped_settings(config_path: str | Path) -> dict[str, Any]:
     from trainer.nets.spec import MLP_HIDDEN_SIZES
 
     config = load_config(config_path)
-    return {"num_envs": config.num_envs, "num_steps": config.num_steps, "epochs": config.update_epochs,
-            "minibatch_size": config.mini_batch_size,
-            "hidden_sizes": list(MLP_HIDDEN_SIZES.get(config.model_type, NET_ARCH)),
-            "model_type": config.model_type}
+    return {
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "epochs": config.update_epochs,
+        "minibatch_size": config.mini_batch_size,
+        "hidden_sizes": list(MLP_HIDDEN_SIZES.get(config.model_type, NET_ARCH)),
+        "model_type": config.model_type,
+    }
 
 
 def settings_overrides(settings: dict[str, Any]) -> list[str]:
@@ -37,12 +43,20 @@ def settings_overrides(settings: dict[str, Any]) -> list[str]:
     from trainer.nets.spec import MLP_HIDDEN_SIZES
 
     if list(settings["hidden_sizes"]) != list(MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]):
-        raise ValueError(f"the benchmark network is {MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]} "
-                         f"({BENCHMARK_MODEL_TYPE}), got hidden sizes {settings['hidden_sizes']}")
+        raise ValueError(
+            f"the benchmark network is {MLP_HIDDEN_SIZES[BENCHMARK_MODEL_TYPE]} "
+            f"({BENCHMARK_MODEL_TYPE}), got hidden sizes {settings['hidden_sizes']}"
+        )
     num_envs, num_steps = settings["num_envs"], settings["num_steps"]
-    return [f"num_envs={num_envs}", f"num_steps={num_steps}", f"batch_size={num_envs * num_steps}",
-            f"mini_batch_size={settings['minibatch_size']}", "num_minibatches=null",
-            f"update_epochs={settings['epochs']}", f"model_type={BENCHMARK_MODEL_TYPE}"]
+    return [
+        f"num_envs={num_envs}",
+        f"num_steps={num_steps}",
+        f"batch_size={num_envs * num_steps}",
+        f"mini_batch_size={settings['minibatch_size']}",
+        "num_minibatches=null",
+        f"update_epochs={settings['epochs']}",
+        f"model_type={BENCHMARK_MODEL_TYPE}",
+    ]
 
 
 def _threads() -> int:
@@ -63,14 +77,15 @@ class MetricsRecorder:
     `value` first reaches each target, and asks the run to stop once all are reached or the
     training time passes `cap_seconds`."""
 
-    def __init__(self, value_field: str, targets: list[float], cap_seconds: float | None,
-                 train_start: float):
+    def __init__(self, value_field: str, targets: list[float], cap_seconds: float | None, train_start: float):
         self.value_field = value_field
         self.targets = sorted(targets)
         self.cap_seconds = cap_seconds
         self.train_start = train_start
         self.series: list[tuple[float, int, float]] = []
-        self.reached: dict[float, tuple[float, float, int, float]] = {}  # target -> (train s, unix, step, trainer elapsed)
+        self.reached: dict[
+            float, tuple[float, float, int, float]
+        ] = {}  # target -> (train s, unix, step, trainer elapsed)
         self.metrics_events: list[dict] = []
         self.best: float | None = None
 
@@ -118,59 +133,82 @@ def steady_steps_per_second(metrics_events: list[dict]) -> float | None:
     return (last["step"] - first["step"]) / seconds if seconds > 0 else None
 
 
-def ours_throughput(config_path: str, settings: dict[str, Any], env_name: str, total_steps: int,
-                    device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+def ours_throughput(
+    config_path: str, settings: dict[str, Any], env_name: str, total_steps: int, device: str = "cpu", seed: int = 0
+) -> dict[str, Any]:
     """Steps per second of `train` with these settings over `total_steps` (the whole call:
     env and network construction, every update, the final model written)."""
     overrides = settings_overrides(settings) + [
-        f"env_name={env_name}", f"total_timesteps={total_steps}", f"device={device}", f"seed={seed}"]
+        f"env_name={env_name}",
+        f"total_timesteps={total_steps}",
+        f"device={device}",
+        f"seed={seed}",
+    ]
     config = _load(config_path, overrides)
     recorder, seconds, steps = _train(config, lambda start: MetricsRecorder("recent_return_mean", [], None, start))
-    return {"steps": steps, "train_seconds": seconds, "steps_per_second": steps / seconds,
-            "steady_steps_per_second": steady_steps_per_second(recorder.metrics_events),
-            "updates": len(recorder.metrics_events), "env_name": env_name}
+    return {
+        "steps": steps,
+        "train_seconds": seconds,
+        "steps_per_second": steps / seconds,
+        "steady_steps_per_second": steady_steps_per_second(recorder.metrics_events),
+        "updates": len(recorder.metrics_events),
+        "env_name": env_name,
+    }
 
 
-def ours_time_to_solve(config_path: str, target: float = 475.0, seed: int = 0,
-                       cap_seconds: float = 300.0, device: str = "cpu") -> dict[str, Any]:
+def ours_time_to_solve(
+    config_path: str, target: float = 475.0, seed: int = 0, cap_seconds: float = 300.0, device: str = "cpu"
+) -> dict[str, Any]:
     """The shipped config until the mean return of the last 100 episodes reaches `target`."""
     config = _load(config_path, [f"device={device}", f"seed={seed}"])
     recorder, seconds, steps = _train(
-        config, lambda start: MetricsRecorder("recent_return_mean", [target], cap_seconds, start))
+        config, lambda start: MetricsRecorder("recent_return_mean", [target], cap_seconds, start)
+    )
     reached = recorder.reached.get(target)
     return {
-        "steps": steps, "train_seconds": seconds, "steps_per_second": steps / seconds,
+        "steps": steps,
+        "train_seconds": seconds,
+        "steps_per_second": steps / seconds,
         "solved": reached is not None,
         "solve_train_seconds": reached[0] if reached else None,
         "solve_unix_time": reached[1] if reached else None,
         "solve_step": reached[2] if reached else None,
         "solve_trainer_elapsed": reached[3] if reached else None,
-        "series": recorder.series, "num_envs": config.num_envs, "num_steps": config.num_steps,
+        "series": recorder.series,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
     }
 
 
-def ours_game(config_path: str, targets: list[float], cap_seconds: float, seed: int = 0,
-              device: str = "cpu") -> dict[str, Any]:
+def ours_game(
+    config_path: str, targets: list[float], cap_seconds: float, seed: int = 0, device: str = "cpu"
+) -> dict[str, Any]:
     """A game's shipped config until the mean score of the last 100 episodes reaches every target
     (or `cap_seconds` of training pass)."""
     config = _load(config_path, [f"device={device}", f"seed={seed}"])
     recorder, seconds, steps = _train(
-        config, lambda start: MetricsRecorder("recent_score_mean", list(targets), cap_seconds, start))
+        config, lambda start: MetricsRecorder("recent_score_mean", list(targets), cap_seconds, start)
+    )
     return {
-        "steps": steps, "train_seconds": seconds, "steps_per_second": steps / seconds,
-        "targets": list(targets), "cap_seconds": cap_seconds, "env_name": config.env_name,
-        "solve_train_seconds_by_target": {str(t): (recorder.reached[t][0] if t in recorder.reached else None)
-                                          for t in targets},
-        "solve_unix_times": {str(t): (recorder.reached[t][1] if t in recorder.reached else None)
-                             for t in targets},
-        "solve_steps_by_target": {str(t): (recorder.reached[t][2] if t in recorder.reached else None)
-                                  for t in targets},
-        "best_score_mean": recorder.best, "series": recorder.series,
+        "steps": steps,
+        "train_seconds": seconds,
+        "steps_per_second": steps / seconds,
+        "targets": list(targets),
+        "cap_seconds": cap_seconds,
+        "env_name": config.env_name,
+        "solve_train_seconds_by_target": {
+            str(t): (recorder.reached[t][0] if t in recorder.reached else None) for t in targets
+        },
+        "solve_unix_times": {str(t): (recorder.reached[t][1] if t in recorder.reached else None) for t in targets},
+        "solve_steps_by_target": {str(t): (recorder.reached[t][2] if t in recorder.reached else None) for t in targets},
+        "best_score_mean": recorder.best,
+        "series": recorder.series,
     }
 
 
-def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu",
-                 min_seconds: float = 3.0, seed: int = 0) -> dict[str, Any]:
+def ours_ceiling(
+    config_path: str, settings: dict[str, Any], device: str = "cpu", min_seconds: float = 3.0, seed: int = 0
+) -> dict[str, Any]:
     """The update-only ceiling: the trainer's own update step (scoring the rollout with pi_old
     and V_old, bootstrap, GAE, PPO epochs) on random rollout data of the same shape, with no
     env stepping and no acting at all.
@@ -184,8 +222,11 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
     import trainer.run.loop as loop
     from trainer.run.events import EventBus
 
-    config = _load(config_path, settings_overrides(settings) + [
-        "env_name=cartpole", f"device={device}", f"seed={seed}", "total_timesteps=1000000000"])
+    config = _load(
+        config_path,
+        settings_overrides(settings)
+        + ["env_name=cartpole", f"device={device}", f"seed={seed}", "total_timesteps=1000000000"],
+    )
     with tempfile.TemporaryDirectory(prefix="rl_studio_bench_ceiling_") as run_dir:
         session = loop.TrainingSession(config, Path(run_dir), EventBus(), None)
         try:
@@ -211,8 +252,13 @@ def ours_ceiling(config_path: str, settings: dict[str, Any], device: str = "cpu"
         finally:
             session.close()
     steps = updates * config.batch_size
-    return {"steps": steps, "train_seconds": seconds, "steps_per_second": steps / seconds,
-            "updates": updates, "seconds_per_update": seconds / updates}
+    return {
+        "steps": steps,
+        "train_seconds": seconds,
+        "steps_per_second": steps / seconds,
+        "updates": updates,
+        "seconds_per_update": seconds / updates,
+    }
 
 
 def _fill_with_random_rollout(buffer, policy, seed: int) -> None:

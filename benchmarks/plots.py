@@ -1,4 +1,5 @@
 """PNG plots of the suite's results (matplotlib, a benchmark-only dependency)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,9 +25,11 @@ def _save(figure, path: Path) -> Path:
 def plot_throughput(throughput: dict[str, Any], path: Path) -> Path | None:
     bars = []  # (label, steps per second, color)
     for name, profile in throughput.get("profiles", {}).items():
-        for key, label, color in (("sb3", "SB3", SB3_COLOR),
-                                  ("ours_gym", "ours, Gymnasium adapter", GYM_COLOR),
-                                  ("ours_native", "ours, native env", OURS_COLOR)):
+        for key, label, color in (
+            ("sb3", "SB3", SB3_COLOR),
+            ("ours_gym", "ours, Gymnasium adapter", GYM_COLOR),
+            ("ours_native", "ours, native env", OURS_COLOR),
+        ):
             result = profile.get(key)
             if result and "error" not in result:
                 bars.append((f"{label}\n({name} settings)", result["steps_per_second"], color))
@@ -51,8 +54,7 @@ def _plot_series(axes, runs: list[dict], color: str, label: str, value_index: in
             continue
         seconds = [point[0] for point in series]
         values = [point[value_index] for point in series]
-        axes.plot(seconds, values, color=color, alpha=0.8, linewidth=1.2,
-                  label=label if index == 0 else None)
+        axes.plot(seconds, values, color=color, alpha=0.8, linewidth=1.2, label=label if index == 0 else None)
 
 
 def plot_time_to_solve(solve: dict[str, Any], path: Path) -> Path | None:
@@ -61,8 +63,13 @@ def plot_time_to_solve(solve: dict[str, Any], path: Path) -> Path | None:
     figure, axes = plt.subplots(figsize=(8, 4.5))
     _plot_series(axes, solve.get("sb3", []), SB3_COLOR, "SB3, RL Zoo hyperparameters")
     _plot_series(axes, solve.get("ours", []), OURS_COLOR, "ours, configs/cartpole.yaml")
-    axes.axhline(solve.get("target", 475.0), color="gray", linestyle="--", linewidth=1,
-                 label=f"target {solve.get('target', 475.0):g}")
+    axes.axhline(
+        solve.get("target", 475.0),
+        color="gray",
+        linestyle="--",
+        linewidth=1,
+        label=f"target {solve.get('target', 475.0):g}",
+    )
     axes.set_xscale("log")
     axes.set_xlabel("training-loop wall seconds (log scale)")
     axes.set_ylabel("mean return of the last 100 episodes")
@@ -78,11 +85,13 @@ def plot_scaling(scaling: list[dict], path: Path) -> Path | None:
     figure, axes = plt.subplots(figsize=(7, 4.5))
     envs, rates = zip(*points)
     axes.plot(envs, rates, marker="o", color=OURS_COLOR, label="end to end (train)")
-    ceilings = [(p["num_envs"], p["ceiling_steps_per_second"]) for p in scaling
-                if "error" not in p and p.get("ceiling_steps_per_second")]
+    ceilings = [
+        (p["num_envs"], p["ceiling_steps_per_second"])
+        for p in scaling
+        if "error" not in p and p.get("ceiling_steps_per_second")
+    ]
     if ceilings:
-        axes.plot(*zip(*ceilings), marker="s", linestyle="--", color="gray",
-                  label="update-only ceiling")
+        axes.plot(*zip(*ceilings), marker="s", linestyle="--", color="gray", label="update-only ceiling")
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xlabel("num_envs")

@@ -12,16 +12,17 @@ limit is (cores this process may use) / (CPU seconds per step); the table gives 
 as a share of it. Raw steps/s use random actions; PPO end-to-end steps/s are `learn()` wall
 time with the same settings for our PPO and SB3's (64x64 MLPs, CPU).
 """
+
 from __future__ import annotations
 
 import argparse
 import contextlib
 import functools
-import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -32,16 +33,24 @@ RESULTS = Path(__file__).resolve().parent / "results" / "pool.json"
 QUICK_RESULTS = RESULTS.with_name("pool_quick.json")  # --quick never overwrites the full run's figures
 RAW_KINDS = ("pool", "async_pool", "sync", "gym_sync", "gym_async", "sb3_subproc", "envpool")
 PPO_KINDS = ("pool", "async_pool", "sync", "gym_async", "sb3_dummy", "sb3_subproc")
-LABELS = {"pool": "ours: pool", "async_pool": "ours: async_pool", "sync": "ours: sync (in-process)",
-          "gym_sync": "Gymnasium SyncVectorEnv",
-          "gym_async": "Gymnasium AsyncVectorEnv", "sb3_subproc": "SB3 SubprocVecEnv",
-          "sb3_dummy": "SB3 DummyVecEnv", "envpool": "EnvPool (C++)"}
+LABELS = {
+    "pool": "ours: pool",
+    "async_pool": "ours: async_pool",
+    "sync": "ours: sync (in-process)",
+    "gym_sync": "Gymnasium SyncVectorEnv",
+    "gym_async": "Gymnasium AsyncVectorEnv",
+    "sb3_subproc": "SB3 SubprocVecEnv",
+    "sb3_dummy": "SB3 DummyVecEnv",
+    "envpool": "EnvPool (C++)",
+}
 PPO_SETTINGS = {"num_steps": 64, "mini_batch_size": 512, "update_epochs": 2}
 # The goals on a 2-core machine (README): (what, measure, env, vectoriser, peer or "limit", at least),
 # each at GOAL_ENVS envs.
-GOALS = (("SlowEnv raw: share of the physical limit", "raw", "slow", "pool", "limit", 0.80),
-         ("SlowEnv raw: x Gymnasium AsyncVectorEnv", "raw", "slow", "pool", "gym_async", 1.4),
-         ("CartPole PPO end to end: x SB3 DummyVecEnv", "ppo", "cartpole", "pool", "sb3_dummy", 3.0))
+GOALS = (
+    ("SlowEnv raw: share of the physical limit", "raw", "slow", "pool", "limit", 0.80),
+    ("SlowEnv raw: x Gymnasium AsyncVectorEnv", "raw", "slow", "pool", "gym_async", 1.4),
+    ("CartPole PPO end to end: x SB3 DummyVecEnv", "ppo", "cartpole", "pool", "sb3_dummy", 3.0),
+)
 GOAL_ENVS = (32, 64)
 # `--quick`: only the measurements the goals compare (`goal_measurements`), at their sizes, with
 # PPO runs long enough and rounds enough that the median outlasts this machine's speed swings.
@@ -113,10 +122,12 @@ def _raw_stepper(kind: str, env: str, num_envs: int) -> tuple[Callable[[], None]
             for group in (0, 1):
                 vec.recv(group)
                 vec.send(group, halves[group])
+
         return step_halves, vec.close
     if kind in ("gym_sync", "gym_async"):
         vector = (gymnasium.vector.SyncVectorEnv if kind == "gym_sync" else gymnasium.vector.AsyncVectorEnv)(
-            [env_fn(env)] * num_envs, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+            [env_fn(env)] * num_envs, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP
+        )
         vector.reset(seed=0)
         return (lambda: vector.step(actions)), vector.close
     if kind in ("sb3_subproc", "sb3_dummy"):
@@ -159,8 +170,10 @@ def check_memory(kind: str, env: str, num_envs: int) -> None:
             vector[1]()
     needed, available = num_envs * _process_bytes[kind, env], psutil.virtual_memory().available
     if needed > 0.7 * available:
-        raise MemoryError(f"{num_envs} processes of {_process_bytes[kind, env] / 2**30:.2f} GB each need "
-                          f"{needed / 2**30:.1f} GB; {available / 2**30:.1f} GB are available")
+        raise MemoryError(
+            f"{num_envs} processes of {_process_bytes[kind, env] / 2**30:.2f} GB each need "
+            f"{needed / 2**30:.1f} GB; {available / 2**30:.1f} GB are available"
+        )
 
 
 def raw_steps_per_second(kind: str, env: str, num_envs: int, seconds: float) -> float:
@@ -191,9 +204,17 @@ def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> f
         from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
         vector = (SubprocVecEnv if kind == "sb3_subproc" else DummyVecEnv)([env_fn(env)] * num_envs)
-        model = SB3PPO("MlpPolicy", vector, n_steps=PPO_SETTINGS["num_steps"], batch_size=minibatch,
-                       n_epochs=PPO_SETTINGS["update_epochs"], policy_kwargs={"net_arch": [64, 64]},
-                       device="cpu", seed=0, verbose=0)
+        model = SB3PPO(
+            "MlpPolicy",
+            vector,
+            n_steps=PPO_SETTINGS["num_steps"],
+            batch_size=minibatch,
+            n_epochs=PPO_SETTINGS["update_epochs"],
+            policy_kwargs={"net_arch": [64, 64]},
+            device="cpu",
+            seed=0,
+            verbose=0,
+        )
         start = time.perf_counter()
         model.learn(total_timesteps=total)
         seconds = time.perf_counter() - start
@@ -204,8 +225,14 @@ def ppo_steps_per_second(kind: str, env: str, num_envs: int, rollouts: int) -> f
 
     mode = {"pool": "pool", "async_pool": "async_pool", "sync": "sync", "gym_async": "async"}[kind]
     vec = GymVecEnv(env_fn(env), num_envs, seed=0, mode=mode, num_workers="auto" if "pool" in mode else None)
-    model = PPO(vec, num_steps=PPO_SETTINGS["num_steps"], mini_batch_size=minibatch,
-                update_epochs=PPO_SETTINGS["update_epochs"], seed=0, gif_interval=0)
+    model = PPO(
+        vec,
+        num_steps=PPO_SETTINGS["num_steps"],
+        mini_batch_size=minibatch,
+        update_epochs=PPO_SETTINGS["update_epochs"],
+        seed=0,
+        gif_interval=0,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=total)
     seconds = time.perf_counter() - start
@@ -232,6 +259,7 @@ def _timed(owner: Any, names: dict[str, str], seconds: dict[str, float]):
                 return originals[name](*args, **kwargs)
             finally:
                 seconds[phase] += time.perf_counter() - start
+
         return timed
 
     for name, phase in names.items():
@@ -258,8 +286,9 @@ def ppo_phases(kind: str, env: str, num_envs: int, rollouts: int) -> dict[str, f
     else:
         import trainer.algos.ppo  # PPO.collect and .update call these through the module
 
-        phases = _timed(trainer.algos.ppo, {"collect_rollout": "collect", "score_rollout": "learn",
-                                            "ppo_update": "learn"}, seconds)
+        phases = _timed(
+            trainer.algos.ppo, {"collect_rollout": "collect", "score_rollout": "learn", "ppo_update": "learn"}, seconds
+        )
     with phases:
         rate = ppo_steps_per_second(kind, env, num_envs, rollouts)
     vector_steps = rollouts * PPO_SETTINGS["num_steps"]
@@ -268,9 +297,12 @@ def ppo_phases(kind: str, env: str, num_envs: int, rollouts: int) -> dict[str, f
 
 def phases_markdown(rows: list[dict]) -> str:
     """Per num_envs: each phase's microseconds per vector step, and SB3's time over ours."""
-    lines = ["**Where the time goes (PPO, microseconds per vector step; medians of the rounds)**", "",
-             "| env | num_envs | vectoriser | collect | learn | steps/s | SB3 / ours: collect | learn | total |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "**Where the time goes (PPO, microseconds per vector step; medians of the rounds)**",
+        "",
+        "| env | num_envs | vectoriser | collect | learn | steps/s | SB3 / ours: collect | learn | total |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["env"], row["num_envs"], row["kind"]), []).append(row)
@@ -278,10 +310,16 @@ def phases_markdown(rows: list[dict]) -> str:
     def median(key: tuple, field: str) -> float:
         return float(np.median([row[field] for row in groups[key]]))
 
-    for (env, num_envs, kind) in groups:
+    for env, num_envs, kind in groups:
         key, peer = (env, num_envs, kind), (env, num_envs, "sb3_dummy")
-        cells = [env, str(num_envs), LABELS[kind], f"{median(key, 'collect'):,.0f}", f"{median(key, 'learn'):,.0f}",
-                 f"{median(key, 'steps_per_second'):,.0f}"]
+        cells = [
+            env,
+            str(num_envs),
+            LABELS[kind],
+            f"{median(key, 'collect'):,.0f}",
+            f"{median(key, 'learn'):,.0f}",
+            f"{median(key, 'steps_per_second'):,.0f}",
+        ]
         if peer in groups and kind != "sb3_dummy":
             cells += [f"{median(peer, field) / median(key, field):.2f}x" for field in ("collect", "learn")]
             cells.append(f"{median(key, 'steps_per_second') / median(peer, 'steps_per_second'):.2f}x")
@@ -310,20 +348,34 @@ def step_cost(env: str) -> float:
 
 def goal_measurements() -> set[tuple[str, str, str]]:
     """(measure, env, vectoriser) of every figure the goals read: each goal's and its peer's."""
-    return {(measure, env, kind) for _, measure, env, ours, peer, _ in GOALS
-            for kind in (ours, peer) if kind != "limit"}
+    return {
+        (measure, env, kind) for _, measure, env, ours, peer, _ in GOALS for kind in (ours, peer) if kind != "limit"
+    }
 
 
-def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_ppo: bool,
-        repeat: int = 1, kinds: list[str] | None = None,
-        only: set[tuple[str, str, str]] | None = None) -> dict[str, Any]:
+def run(
+    envs: list[str],
+    counts: list[int],
+    seconds: float,
+    rollouts: int,
+    skip_ppo: bool,
+    repeat: int = 1,
+    kinds: list[str] | None = None,
+    only: set[tuple[str, str, str]] | None = None,
+) -> dict[str, Any]:
     """Every measurement of the table (or those in `only`: (measure, env, vectoriser)); PPO ones
     `repeat` times in rounds (every vectoriser once per round, in turn), so that each round's
     ratios compare runs made moments apart."""
-    results: dict[str, Any] = {"cores": cores(), "load_before": os.getloadavg()[0], "rows": [],
-                               "ppo_settings": PPO_SETTINGS, "step_cpu_seconds": STEP_CPU_SECONDS,
-                               "rollouts": rollouts, "repeat": repeat}
-    wanted = (lambda chosen: [kind for kind in chosen if kinds is None or kind in kinds])
+    results: dict[str, Any] = {
+        "cores": cores(),
+        "load_before": os.getloadavg()[0],
+        "rows": [],
+        "ppo_settings": PPO_SETTINGS,
+        "step_cpu_seconds": STEP_CPU_SECONDS,
+        "rollouts": rollouts,
+        "repeat": repeat,
+    }
+    wanted = lambda chosen: [kind for kind in chosen if kinds is None or kind in kinds]
     for env in envs:
         limit = cores() / step_cost(env)
         for num_envs in counts:
@@ -335,25 +387,41 @@ def run(envs: list[str], counts: list[int], seconds: float, rollouts: int, skip_
                 if (measure, kind) in skipped or (only is not None and (measure, env, kind) not in only):
                     continue
                 try:
-                    rate = (raw_steps_per_second(kind, env, num_envs, seconds) if measure == "raw"
-                            else ppo_steps_per_second(kind, env, num_envs, rollouts))
+                    rate = (
+                        raw_steps_per_second(kind, env, num_envs, seconds)
+                        if measure == "raw"
+                        else ppo_steps_per_second(kind, env, num_envs, rollouts)
+                    )
                 except (ImportError, NotImplementedError, MemoryError) as error:
                     print(f"  {measure} {env} {num_envs} {kind}: skipped ({error})", flush=True)
                     skipped.add((measure, kind))
                     continue
-                row = {"measure": measure, "env": env, "num_envs": num_envs, "kind": kind, "round": round_,
-                       "steps_per_second": rate, "limit": limit, "load": os.getloadavg()[0]}
+                row = {
+                    "measure": measure,
+                    "env": env,
+                    "num_envs": num_envs,
+                    "kind": kind,
+                    "round": round_,
+                    "steps_per_second": rate,
+                    "limit": limit,
+                    "load": os.getloadavg()[0],
+                }
                 results["rows"].append(row)
-                print(f"  {measure} {env} {num_envs:>4} {LABELS[kind]:<26} {rate:>10.0f} steps/s"
-                      f"{f'  (round {round_ + 1})' if measure == 'ppo' and repeat > 1 else ''}", flush=True)
+                print(
+                    f"  {measure} {env} {num_envs:>4} {LABELS[kind]:<26} {rate:>10.0f} steps/s"
+                    f"{f'  (round {round_ + 1})' if measure == 'ppo' and repeat > 1 else ''}",
+                    flush=True,
+                )
     results["load_after"] = os.getloadavg()[0]
     return results
 
 
 def _spread(values: list[float], digits: int = 2, percent: bool = False) -> str:
     """median, and [min-max] when there are several."""
+
     def show(value: float) -> str:
         return f"{100 * value:.0f}%" if percent else f"{value:,.{digits}f}"
+
     median = float(np.median(values))
     return show(median) if len(values) == 1 else f"{show(median)} [{show(min(values))}-{show(max(values))}]"
 
@@ -368,9 +436,15 @@ def _ratios(rows: list[dict], measure: str, env: str, num_envs: int, kind: str, 
         if peer == "limit":
             found.append(row["steps_per_second"] / row["limit"])
             continue
-        peer_rate = next((other["steps_per_second"] for other in rows
-                          if (other["measure"], other["env"], other["num_envs"], other["kind"]) == (measure, env, num_envs, peer)
-                          and other.get("round", 0) == row.get("round", 0)), None)
+        peer_rate = next(
+            (
+                other["steps_per_second"]
+                for other in rows
+                if (other["measure"], other["env"], other["num_envs"], other["kind"]) == (measure, env, num_envs, peer)
+                and other.get("round", 0) == row.get("round", 0)
+            ),
+            None,
+        )
         if peer_rate:
             found.append(row["steps_per_second"] / peer_rate)
     return found
@@ -378,9 +452,12 @@ def _ratios(rows: list[dict], measure: str, env: str, num_envs: int, kind: str, 
 
 def goals_markdown(results: dict[str, Any]) -> str:
     """The issue's goals against this run's figures (medians of the rounds)."""
-    lines = ["**The goals** (medians, [min-max] of the rounds)", "",
-             "| goal | at least | " + " | ".join(f"{count} envs" for count in GOAL_ENVS) + " |",
-             "|---|---|" + "---|" * len(GOAL_ENVS)]
+    lines = [
+        "**The goals** (medians, [min-max] of the rounds)",
+        "",
+        "| goal | at least | " + " | ".join(f"{count} envs" for count in GOAL_ENVS) + " |",
+        "|---|---|" + "---|" * len(GOAL_ENVS),
+    ]
     for what, measure, env, kind, peer, least in GOALS:
         cells = [what, f"{100 * least:.0f}%" if peer == "limit" else f"{least}x"]
         for num_envs in GOAL_ENVS:
@@ -421,35 +498,66 @@ def markdown(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pool", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="only what the goals compare (GOALS), with " + " ".join(
-                            f"--{name} {' '.join(map(str, value)) if isinstance(value, list) else value}"
-                            for name, value in QUICK.items()) + " (options given as well take precedence)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only what the goals compare (GOALS), with "
+        + " ".join(
+            f"--{name} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+            for name, value in QUICK.items()
+        )
+        + " (options given as well take precedence)",
+    )
     parser.add_argument("--envs", nargs="+", type=int, help="num_envs values (default: 16 32 64 256)")
     parser.add_argument("--games", nargs="+", default=["cartpole", "slow"], choices=["cartpole", "slow"])
     parser.add_argument("--seconds", type=float, help="seconds per raw measurement (default: 2)")
     parser.add_argument("--rollouts", type=int, help="PPO rollouts per end-to-end measurement (default: 4)")
     parser.add_argument("--skip-ppo", action="store_true", help="raw steps/s only")
-    parser.add_argument("--repeat", type=int,
-                        help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios; default: 1)")
-    parser.add_argument("--kinds", nargs="+", choices=sorted(set(RAW_KINDS) | set(PPO_KINDS)),
-                        help="only these vectorisers (default: all)")
-    parser.add_argument("--phases", action="store_true",
-                        help="instead: PPO's time per vector step split into collect / learn, ours (pool, sync) "
-                             "against SB3 (DummyVecEnv), `--repeat` rounds")
-    parser.add_argument("--out", type=Path, help=f"JSON results file (default: {RESULTS.relative_to(RESULTS.parents[2])}; "
-                                                 f"with --quick {QUICK_RESULTS.name}, beside it)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        help="rounds of PPO measurements (the table gives medians and [min-max] of the ratios; default: 1)",
+    )
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=sorted(set(RAW_KINDS) | set(PPO_KINDS)),
+        help="only these vectorisers (default: all)",
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="instead: PPO's time per vector step split into collect / learn, ours (pool, sync) "
+        "against SB3 (DummyVecEnv), `--repeat` rounds",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"JSON results file (default: {RESULTS.relative_to(RESULTS.parents[2])}; "
+        f"with --quick {QUICK_RESULTS.name}, beside it)",
+    )
     args = parser.parse_args(argv)
-    defaults = ({**QUICK, "out": QUICK_RESULTS} if args.quick else
-                {"envs": [16, 32, 64, 256], "seconds": 2.0, "repeat": 1, "rollouts": 4, "out": RESULTS})
+    defaults = (
+        {**QUICK, "out": QUICK_RESULTS}
+        if args.quick
+        else {"envs": [16, 32, 64, 256], "seconds": 2.0, "repeat": 1, "rollouts": 4, "out": RESULTS}
+    )
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     torch.set_num_threads(1)  # the learner's share; the cores are the workers'
     if args.phases:
         return phases_main(args)
-    results = run(args.games, args.envs, args.seconds, args.rollouts, args.skip_ppo, args.repeat, args.kinds,
-                  goal_measurements() if args.quick else None)
+    results = run(
+        args.games,
+        args.envs,
+        args.seconds,
+        args.rollouts,
+        args.skip_ppo,
+        args.repeat,
+        args.kinds,
+        goal_measurements() if args.quick else None,
+    )
     from benchmarks.contender import write_json_atomic
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -466,11 +574,19 @@ def phases_main(args: argparse.Namespace) -> int:
         for num_envs in args.envs:
             for round_ in range(args.repeat):
                 for kind in [kind for kind in PHASE_KINDS if args.kinds is None or kind in args.kinds]:
-                    row = {"env": env, "num_envs": num_envs, "kind": kind, "round": round_,
-                           **ppo_phases(kind, env, num_envs, args.rollouts)}
+                    row = {
+                        "env": env,
+                        "num_envs": num_envs,
+                        "kind": kind,
+                        "round": round_,
+                        **ppo_phases(kind, env, num_envs, args.rollouts),
+                    }
                     rows.append(row)
-                    print(f"  phases {env} {num_envs:>4} {LABELS[kind]:<26} collect {row['collect']:>7,.0f} us  "
-                          f"learn {row['learn']:>7,.0f} us  {row['steps_per_second']:>8,.0f} steps/s", flush=True)
+                    print(
+                        f"  phases {env} {num_envs:>4} {LABELS[kind]:<26} collect {row['collect']:>7,.0f} us  "
+                        f"learn {row['learn']:>7,.0f} us  {row['steps_per_second']:>8,.0f} steps/s",
+                        flush=True,
+                    )
     from benchmarks.contender import write_json_atomic
 
     out = args.out.with_name(args.out.stem + "_phases.json")

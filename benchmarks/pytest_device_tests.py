@@ -6,6 +6,7 @@ Tests that take the `test_device` fixture (tests/conftest.py) run on RL_STUDIO_T
 every other test runs on the CPU whatever the machine, so on a GPU machine it proves nothing new
 and only spends the check's five minutes. This plugin deselects those.
 """
+
 from __future__ import annotations
 
 

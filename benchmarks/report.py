@@ -3,6 +3,7 @@
 Every figure in the table comes from `results` as measured; goals are the ones of issue 5 and
 are never adjusted to the figures.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,14 @@ from typing import Any
 from trainer.run.files import atomic_write
 
 # Issue 5's goals on the 2-core CPU.
-GOAL_IDENTICAL_SETTINGS_RATIO = 2.0      # ours / SB3 steps per second, same settings
-GOAL_SHIPPED_VS_ZOO_RATIO = 30.0         # ours (shipped config) / SB3 (RL Zoo config) steps per second
-GOAL_CEILING_FRACTION = 0.70             # end-to-end / update-only steps per second
-GOAL_SOLVE_SPEEDUP = 10.0                # SB3 / ours training-loop seconds to mean-100 return 475 (aim 15)
+GOAL_IDENTICAL_SETTINGS_RATIO = 2.0  # ours / SB3 steps per second, same settings
+GOAL_SHIPPED_VS_ZOO_RATIO = 30.0  # ours (shipped config) / SB3 (RL Zoo config) steps per second
+GOAL_CEILING_FRACTION = 0.70  # end-to-end / update-only steps per second
+GOAL_SOLVE_SPEEDUP = 10.0  # SB3 / ours training-loop seconds to mean-100 return 475 (aim 15)
 AIM_SOLVE_SPEEDUP = 15.0
-GOAL_SOLVE_SINCE_LAUNCH_SECONDS = 4.0    # ours, from `python ...` to solved
-GOAL_FLAPPY = (50.0, 600.0)              # mean score (pipes) within seconds
-GOAL_SNAKE = (20.0, 900.0)               # mean food eaten within seconds
+GOAL_SOLVE_SINCE_LAUNCH_SECONDS = 4.0  # ours, from `python ...` to solved
+GOAL_FLAPPY = (50.0, 600.0)  # mean score (pipes) within seconds
+GOAL_SNAKE = (20.0, 900.0)  # mean food eaten within seconds
 
 
 @dataclass
@@ -65,9 +66,11 @@ def _divide(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def describe_settings(settings: dict[str, Any]) -> str:
-    return (f"{settings['num_envs']} envs x {settings['num_steps']} steps, "
-            f"{settings['epochs']} epoch(s) of minibatch {settings['minibatch_size']}, "
-            f"net {'x'.join(str(size) for size in settings['hidden_sizes'])}")
+    return (
+        f"{settings['num_envs']} envs x {settings['num_steps']} steps, "
+        f"{settings['epochs']} epoch(s) of minibatch {settings['minibatch_size']}, "
+        f"net {'x'.join(str(size) for size in settings['hidden_sizes'])}"
+    )
 
 
 def throughput_rows(throughput: dict[str, Any]) -> list[Row]:
@@ -79,23 +82,38 @@ def throughput_rows(throughput: dict[str, Any]) -> list[Row]:
         native = _rate(profile.get("ours_native"))
         gym = _rate(profile.get("ours_gym"))
         ratio = _divide(native, sb3)
-        rows.append(Row(
-            f"Throughput, identical settings ({name}: {settings}), native CartPole",
-            _fmt_rate(native), _fmt_rate(sb3), _fmt_ratio(ratio),
-            f">= {GOAL_IDENTICAL_SETTINGS_RATIO:.0f}x",
-            _yes_no(None if ratio is None else ratio >= GOAL_IDENTICAL_SETTINGS_RATIO)))
+        rows.append(
+            Row(
+                f"Throughput, identical settings ({name}: {settings}), native CartPole",
+                _fmt_rate(native),
+                _fmt_rate(sb3),
+                _fmt_ratio(ratio),
+                f">= {GOAL_IDENTICAL_SETTINGS_RATIO:.0f}x",
+                _yes_no(None if ratio is None else ratio >= GOAL_IDENTICAL_SETTINGS_RATIO),
+            )
+        )
         if "ours_gym" in profile:
-            rows.append(Row(
-                f"Throughput, identical settings ({name}), ours through the Gymnasium adapter",
-                _fmt_rate(gym), _fmt_rate(sb3), _fmt_ratio(_divide(gym, sb3))))
+            rows.append(
+                Row(
+                    f"Throughput, identical settings ({name}), ours through the Gymnasium adapter",
+                    _fmt_rate(gym),
+                    _fmt_rate(sb3),
+                    _fmt_ratio(_divide(gym, sb3)),
+                )
+            )
     shipped, zoo = profiles.get("shipped"), profiles.get("rl_zoo")
     if shipped and zoo:
         ratio = _divide(_rate(shipped.get("ours_native")), _rate(zoo.get("sb3")))
-        rows.append(Row(
-            "Throughput, our shipped config vs SB3 with the RL Zoo config",
-            _fmt_rate(_rate(shipped.get("ours_native"))), _fmt_rate(_rate(zoo.get("sb3"))),
-            _fmt_ratio(ratio), f">= {GOAL_SHIPPED_VS_ZOO_RATIO:.0f}x",
-            _yes_no(None if ratio is None else ratio >= GOAL_SHIPPED_VS_ZOO_RATIO)))
+        rows.append(
+            Row(
+                "Throughput, our shipped config vs SB3 with the RL Zoo config",
+                _fmt_rate(_rate(shipped.get("ours_native"))),
+                _fmt_rate(_rate(zoo.get("sb3"))),
+                _fmt_ratio(ratio),
+                f">= {GOAL_SHIPPED_VS_ZOO_RATIO:.0f}x",
+                _yes_no(None if ratio is None else ratio >= GOAL_SHIPPED_VS_ZOO_RATIO),
+            )
+        )
     return rows
 
 
@@ -110,16 +128,27 @@ def ceiling_rows(ceiling: dict[str, Any], throughput: dict[str, Any]) -> list[Ro
         ours = profiles.get(name, {}).get("ours_native") or {}
         steady = ours.get("steady_steps_per_second")
         fraction = _divide(steady, ceiling_rate)
-        rows.append(Row(
-            f"End-to-end / update-only ceiling ({name} settings), steady rate (after the first update)",
-            _fmt_rate(steady), f"ceiling {_fmt_rate(ceiling_rate)}",
-            "" if fraction is None else f"{fraction:.0%}", f">= {GOAL_CEILING_FRACTION:.0%}",
-            _yes_no(None if fraction is None else fraction >= GOAL_CEILING_FRACTION)))
+        rows.append(
+            Row(
+                f"End-to-end / update-only ceiling ({name} settings), steady rate (after the first update)",
+                _fmt_rate(steady),
+                f"ceiling {_fmt_rate(ceiling_rate)}",
+                "" if fraction is None else f"{fraction:.0%}",
+                f">= {GOAL_CEILING_FRACTION:.0%}",
+                _yes_no(None if fraction is None else fraction >= GOAL_CEILING_FRACTION),
+            )
+        )
         whole_call = _divide(_rate(ours), ceiling_rate)
-        rows.append(Row(
-            f"the same, whole training call (setup and first update included)",
-            _fmt_rate(_rate(ours)), f"ceiling {_fmt_rate(ceiling_rate)}",
-            "" if whole_call is None else f"{whole_call:.0%}", "", ""))
+        rows.append(
+            Row(
+                "the same, whole training call (setup and first update included)",
+                _fmt_rate(_rate(ours)),
+                f"ceiling {_fmt_rate(ceiling_rate)}",
+                "" if whole_call is None else f"{whole_call:.0%}",
+                "",
+                "",
+            )
+        )
     return rows
 
 
@@ -150,15 +179,26 @@ def solve_rows(solve: dict[str, Any]) -> list[Row]:
     launch_speedup = _divide(sb3["median_since_launch"], ours["median_since_launch"])
     runs = f"median of {ours['runs']} seeds; solved {ours['solved']}/{ours['runs']} vs {sb3['solved']}/{sb3['runs']}"
     return [
-        Row(f"CartPole time to mean-100 return {target:g}, training loop ({runs})",
-            _fmt_seconds(ours["median_train_seconds"]), _fmt_seconds(sb3["median_train_seconds"]),
-            _fmt_ratio(speedup), f">= {GOAL_SOLVE_SPEEDUP:.0f}x (aim {AIM_SOLVE_SPEEDUP:.0f}x)",
-            _yes_no(None if speedup is None else speedup >= GOAL_SOLVE_SPEEDUP)),
-        Row(f"CartPole time to mean-100 return {target:g}, from process launch",
-            _fmt_seconds(ours["median_since_launch"]), _fmt_seconds(sb3["median_since_launch"]),
-            _fmt_ratio(launch_speedup), f"ours < {GOAL_SOLVE_SINCE_LAUNCH_SECONDS:.0f} s",
-            _yes_no(None if ours["median_since_launch"] is None
-                    else ours["median_since_launch"] < GOAL_SOLVE_SINCE_LAUNCH_SECONDS)),
+        Row(
+            f"CartPole time to mean-100 return {target:g}, training loop ({runs})",
+            _fmt_seconds(ours["median_train_seconds"]),
+            _fmt_seconds(sb3["median_train_seconds"]),
+            _fmt_ratio(speedup),
+            f">= {GOAL_SOLVE_SPEEDUP:.0f}x (aim {AIM_SOLVE_SPEEDUP:.0f}x)",
+            _yes_no(None if speedup is None else speedup >= GOAL_SOLVE_SPEEDUP),
+        ),
+        Row(
+            f"CartPole time to mean-100 return {target:g}, from process launch",
+            _fmt_seconds(ours["median_since_launch"]),
+            _fmt_seconds(sb3["median_since_launch"]),
+            _fmt_ratio(launch_speedup),
+            f"ours < {GOAL_SOLVE_SINCE_LAUNCH_SECONDS:.0f} s",
+            _yes_no(
+                None
+                if ours["median_since_launch"] is None
+                else ours["median_since_launch"] < GOAL_SOLVE_SINCE_LAUNCH_SECONDS
+            ),
+        ),
     ]
 
 
@@ -175,11 +215,14 @@ def game_rows(games: dict[str, Any]) -> list[Row]:
         for target, seconds in seconds_by_target.items():
             goal_score, goal_seconds = goals.get(game, (None, None))
             is_goal = goal_score is not None and float(target) == goal_score
-            rows.append(Row(
-                f"{game}: training seconds to mean score {float(target):g} {units.get(game, '')}",
-                _fmt_seconds(seconds) if seconds is not None else f"not within {cap:.0f} s",
-                goal=f"<= {goal_seconds:.0f} s" if is_goal else "",
-                met=_yes_no(seconds is not None and seconds <= goal_seconds) if is_goal else ""))
+            rows.append(
+                Row(
+                    f"{game}: training seconds to mean score {float(target):g} {units.get(game, '')}",
+                    _fmt_seconds(seconds) if seconds is not None else f"not within {cap:.0f} s",
+                    goal=f"<= {goal_seconds:.0f} s" if is_goal else "",
+                    met=_yes_no(seconds is not None and seconds <= goal_seconds) if is_goal else "",
+                )
+            )
         best = result.get("best_score_mean")
         if best is not None:
             rows.append(Row(f"{game}: best mean score seen (cap {cap:.0f} s)", f"{best:.1f}"))
@@ -187,9 +230,14 @@ def game_rows(games: dict[str, Any]) -> list[Row]:
 
 
 def scaling_rows(scaling: list[dict]) -> list[Row]:
-    return [Row(f"Scaling: num_envs {point['num_envs']}", _fmt_rate(_rate(point)),
-                peer="" if "error" not in point else point["error"].splitlines()[-1][:60])
-            for point in scaling]
+    return [
+        Row(
+            f"Scaling: num_envs {point['num_envs']}",
+            _fmt_rate(_rate(point)),
+            peer="" if "error" not in point else point["error"].splitlines()[-1][:60],
+        )
+        for point in scaling
+    ]
 
 
 def build_rows(results: dict[str, Any]) -> list[Row]:

@@ -9,6 +9,7 @@ Every measurement runs in a fresh Python process (`benchmarks.contender`) with t
 thread count, so none inherits another's warm caches and "seconds from launch" is honest. The
 table is printed and written with PNG plots to benchmarks/results/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,42 +47,73 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="RL Studio against Stable-Baselines3: throughput, time to solve, games, "
-                    "update-only ceiling and scaling. Prints a table; writes PNG plots and "
-                    "results.md / results.json.")
-    parser.add_argument("--only", default=None,
-                        help=f"comma-separated sections to run, from {', '.join(SECTIONS)} "
-                             f"(default: {', '.join(DEFAULT_SECTIONS)})")
-    parser.add_argument("--games", action="store_true",
-                        help="also run the long Flappy Bird and Snake runs (capped by --game-cap)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small budgets and one seed: checks the suite works, figures are rough")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for every contender (default 1: as fast as 2 here)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="measure each throughput / ceiling figure this many times, round after "
-                             "round, and keep the fastest (default 1; 2-3 on a busy machine)")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds for time to solve (default 3, or 1 with --quick)")
-    parser.add_argument("--throughput-steps", type=int, default=None,
-                        help="total environment steps of every throughput run (default 100000, "
-                             "20000 with --quick)")
-    parser.add_argument("--game-cap", type=float, default=None,
-                        help="training seconds allowed per game (default 900, 60 with --quick)")
-    parser.add_argument("--scaling-envs", default=None,
-                        help="comma-separated num_envs for the scaling section "
-                             f"(default {','.join(map(str, SCALING_NUM_ENVS))})")
-    parser.add_argument("--ceiling-seconds", type=float, default=None,
-                        help="seconds to time the update-only ceiling per setting (default 5, 1 with --quick)")
+        "update-only ceiling and scaling. Prints a table; writes PNG plots and "
+        "results.md / results.json.",
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated sections to run, from {', '.join(SECTIONS)} (default: {', '.join(DEFAULT_SECTIONS)})",
+    )
+    parser.add_argument(
+        "--games", action="store_true", help="also run the long Flappy Bird and Snake runs (capped by --game-cap)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small budgets and one seed: checks the suite works, figures are rough"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads for every contender (default 1: as fast as 2 here)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure each throughput / ceiling figure this many times, round after "
+        "round, and keep the fastest (default 1; 2-3 on a busy machine)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds for time to solve (default 3, or 1 with --quick)"
+    )
+    parser.add_argument(
+        "--throughput-steps",
+        type=int,
+        default=None,
+        help="total environment steps of every throughput run (default 100000, 20000 with --quick)",
+    )
+    parser.add_argument(
+        "--game-cap", type=float, default=None, help="training seconds allowed per game (default 900, 60 with --quick)"
+    )
+    parser.add_argument(
+        "--scaling-envs",
+        default=None,
+        help=f"comma-separated num_envs for the scaling section (default {','.join(map(str, SCALING_NUM_ENVS))})",
+    )
+    parser.add_argument(
+        "--ceiling-seconds",
+        type=float,
+        default=None,
+        help="seconds to time the update-only ceiling per setting (default 5, 1 with --quick)",
+    )
     parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
-    parser.add_argument("--configs", type=Path, default=REPO_ROOT / "configs",
-                        help="folder of the shipped YAML configs (default: the repo's configs/)")
-    parser.add_argument("--replot", action="store_true",
-                        help="measure nothing: rewrite the table and plots from <out>/results.json")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results",
-                        help="where results.md, results.json and the PNG plots go")
+    parser.add_argument(
+        "--configs",
+        type=Path,
+        default=REPO_ROOT / "configs",
+        help="folder of the shipped YAML configs (default: the repo's configs/)",
+    )
+    parser.add_argument(
+        "--replot", action="store_true", help="measure nothing: rewrite the table and plots from <out>/results.json"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "benchmarks" / "results",
+        help="where results.md, results.json and the PNG plots go",
+    )
     args = parser.parse_args(argv)
-    sections = DEFAULT_SECTIONS if args.only is None else tuple(
-        name.strip() for name in args.only.split(",") if name.strip())
+    sections = (
+        DEFAULT_SECTIONS if args.only is None else tuple(name.strip() for name in args.only.split(",") if name.strip())
+    )
     unknown = [name for name in sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
@@ -97,28 +129,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.game_cap = args.game_cap or (60.0 if args.quick else 900.0)
     args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
     try:
-        args.scaling_envs = ([int(n) for n in args.scaling_envs.split(",")] if args.scaling_envs
-                             else list(SCALING_NUM_ENVS[:3] if args.quick else SCALING_NUM_ENVS))
+        args.scaling_envs = (
+            [int(n) for n in args.scaling_envs.split(",")]
+            if args.scaling_envs
+            else list(SCALING_NUM_ENVS[:3] if args.quick else SCALING_NUM_ENVS)
+        )
     except ValueError:
         parser.error(f"--scaling-envs must be comma-separated integers, got {args.scaling_envs!r}")
     return args
 
 
-def run_in_fresh_process(kind: str, params: dict[str, Any], threads: int,
-                         timeout: float) -> dict[str, Any]:
+def run_in_fresh_process(kind: str, params: dict[str, Any], threads: int, timeout: float) -> dict[str, Any]:
     """Run one measurement in a new Python process; its result dict, or {"error": ...}."""
     with tempfile.TemporaryDirectory(prefix="rl_studio_bench_") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                   SDL_VIDEODRIVER="dummy", PYGAME_HIDE_SUPPORT_PROMPT="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ,
+            OMP_NUM_THREADS=str(threads),
+            MKL_NUM_THREADS=str(threads),
+            SDL_VIDEODRIVER="dummy",
+            PYGAME_HIDE_SUPPORT_PROMPT="1",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        )
         launched_at = time.time()  # from here on counts as "since launch"
-        spec_path.write_text(json.dumps({"kind": kind, "params": params, "threads": threads,
-                                         "launched_at": launched_at}))
+        spec_path.write_text(
+            json.dumps({"kind": kind, "params": params, "threads": threads, "launched_at": launched_at})
+        )
         try:
             completed = subprocess.run(
                 [sys.executable, "-m", "benchmarks.contender", str(spec_path), str(result_path)],
-                cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"{kind} did not finish within {timeout:.0f} s"}
         if completed.returncode != 0 or not result_path.exists():
@@ -140,9 +185,13 @@ def _rate_text(result: dict) -> str:
 
 
 def zoo_settings() -> dict[str, Any]:
-    return {"num_envs": RL_ZOO_CARTPOLE["n_envs"], "num_steps": RL_ZOO_CARTPOLE["n_steps"],
-            "epochs": RL_ZOO_CARTPOLE["n_epochs"], "minibatch_size": RL_ZOO_CARTPOLE["batch_size"],
-            "hidden_sizes": list(NET_ARCH)}
+    return {
+        "num_envs": RL_ZOO_CARTPOLE["n_envs"],
+        "num_steps": RL_ZOO_CARTPOLE["n_steps"],
+        "epochs": RL_ZOO_CARTPOLE["n_epochs"],
+        "minibatch_size": RL_ZOO_CARTPOLE["batch_size"],
+        "hidden_sizes": list(NET_ARCH),
+    }
 
 
 def best_of(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -160,38 +209,56 @@ def run_throughput(args, shipped: dict[str, Any]) -> dict[str, Any]:
     """SB3, ours native and ours through the Gymnasium adapter, at identical settings, in turn
     (with --repeats, round after round, so that load from elsewhere hits all of them alike)."""
     profiles = {"rl_zoo": zoo_settings(), "shipped": shipped}
-    contenders = [("sb3", "SB3", None), ("ours_native", "ours, native", "cartpole"),
-                  ("ours_gym", "ours, Gymnasium adapter", "gym:CartPole-v1")]
+    contenders = [
+        ("sb3", "SB3", None),
+        ("ours_native", "ours, native", "cartpole"),
+        ("ours_gym", "ours, Gymnasium adapter", "gym:CartPole-v1"),
+    ]
     measured: dict[tuple[str, str], list[dict]] = {}
     for round_index in range(args.repeats):
         for name, settings in profiles.items():
             for key, label, env_name in contenders:
                 if key == "sb3":
-                    params = {"total_steps": args.throughput_steps, **{
-                        field: settings[field] for field in ("num_envs", "num_steps", "minibatch_size", "epochs")}}
+                    params = {
+                        "total_steps": args.throughput_steps,
+                        **{field: settings[field] for field in ("num_envs", "num_steps", "minibatch_size", "epochs")},
+                    }
                     result = run_in_fresh_process("sb3_throughput", params, args.threads, 1800.0)
                 else:
-                    params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
-                              "env_name": env_name, "total_steps": args.throughput_steps,
-                              "device": args.device}
+                    params = {
+                        "config_path": str(args.configs / "cartpole.yaml"),
+                        "settings": settings,
+                        "env_name": env_name,
+                        "total_steps": args.throughput_steps,
+                        "device": args.device,
+                    }
                     result = run_in_fresh_process("ours_throughput", params, args.threads, 1800.0)
                 measured.setdefault((name, key), []).append(result)
-                _say(f"[throughput] {name} settings, {label}: {_rate_text(result)}"
-                     + (f" (round {round_index + 1}/{args.repeats})" if args.repeats > 1 else ""))
+                _say(
+                    f"[throughput] {name} settings, {label}: {_rate_text(result)}"
+                    + (f" (round {round_index + 1}/{args.repeats})" if args.repeats > 1 else "")
+                )
     out: dict[str, Any] = {"total_steps": args.throughput_steps, "repeats": args.repeats, "profiles": {}}
     for name, settings in profiles.items():
-        out["profiles"][name] = {"settings": settings, **{
-            key: best_of(measured[(name, key)]) for key, _, _ in contenders}}
+        out["profiles"][name] = {
+            "settings": settings,
+            **{key: best_of(measured[(name, key)]) for key, _, _ in contenders},
+        }
     return out
 
 
 def run_ceiling(args, shipped: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, settings in (("rl_zoo", zoo_settings()), ("shipped", shipped)):
-        params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
-                  "device": args.device, "min_seconds": args.ceiling_seconds}
-        out[name] = best_of([run_in_fresh_process("ours_ceiling", params, args.threads, 600.0)
-                             for _ in range(args.repeats)])
+        params = {
+            "config_path": str(args.configs / "cartpole.yaml"),
+            "settings": settings,
+            "device": args.device,
+            "min_seconds": args.ceiling_seconds,
+        }
+        out[name] = best_of(
+            [run_in_fresh_process("ours_ceiling", params, args.threads, 600.0) for _ in range(args.repeats)]
+        )
         _say(f"[ceiling] {name}: {_rate_text(out[name])}")
     return out
 
@@ -199,15 +266,21 @@ def run_ceiling(args, shipped: dict[str, Any]) -> dict[str, Any]:
 def run_solve(args) -> dict[str, Any]:
     out: dict[str, Any] = {"target": SOLVE_TARGET, "sb3": [], "ours": []}
     for seed in range(args.seeds):
-        result = run_in_fresh_process("sb3_time_to_solve", {"seed": seed, "target": SOLVE_TARGET},
-                                     args.threads, 900.0)
+        result = run_in_fresh_process("sb3_time_to_solve", {"seed": seed, "target": SOLVE_TARGET}, args.threads, 900.0)
         out["sb3"].append(result)
         _say(f"[solve] SB3 seed {seed}: {_solve_text(result)}")
         result = run_in_fresh_process(
             "ours_time_to_solve",
-            {"config_path": str(args.configs / "cartpole.yaml"), "seed": seed,
-             "target": SOLVE_TARGET, "cap_seconds": 30.0 if args.quick else 300.0,
-             "device": args.device}, args.threads, 900.0)
+            {
+                "config_path": str(args.configs / "cartpole.yaml"),
+                "seed": seed,
+                "target": SOLVE_TARGET,
+                "cap_seconds": 30.0 if args.quick else 300.0,
+                "device": args.device,
+            },
+            args.threads,
+            900.0,
+        )
         out["ours"].append(result)
         _say(f"[solve] ours seed {seed}: {_solve_text(result)}")
     return out
@@ -218,9 +291,11 @@ def _solve_text(result: dict) -> str:
         return "FAILED: " + result["error"].splitlines()[-1][:200]
     if not result.get("solved"):
         return f"not solved in {result['train_seconds']:.1f} s ({result['steps']} steps)"
-    return (f"solved after {result['solve_train_seconds']:.2f} s of training, "
-            f"{result.get('solve_since_launch', float('nan')):.2f} s from launch "
-            f"({result['solve_step']} steps)")
+    return (
+        f"solved after {result['solve_train_seconds']:.2f} s of training, "
+        f"{result.get('solve_since_launch', float('nan')):.2f} s from launch "
+        f"({result['solve_step']} steps)"
+    )
 
 
 def run_scaling(args, shipped: dict[str, Any]) -> list[dict[str, Any]]:
@@ -234,36 +309,58 @@ def run_scaling(args, shipped: dict[str, Any]) -> list[dict[str, Any]]:
         minibatch = max(size for size in range(1, target + 1) if rollout % size == 0)  # must divide
         settings = dict(shipped, num_envs=num_envs, minibatch_size=minibatch)
         total = max(args.throughput_steps, 4 * rollout)
-        params = {"config_path": str(args.configs / "cartpole.yaml"), "settings": settings,
-                  "env_name": "cartpole", "total_steps": total, "device": args.device}
-        result = best_of([run_in_fresh_process("ours_throughput", params, args.threads, 1800.0)
-                          for _ in range(args.repeats)])
-        ceiling = best_of([run_in_fresh_process(
-            "ours_ceiling", {"config_path": str(args.configs / "cartpole.yaml"),
-                             "settings": settings, "device": args.device,
-                             "min_seconds": args.ceiling_seconds}, args.threads, 600.0)
-            for _ in range(args.repeats)])
+        params = {
+            "config_path": str(args.configs / "cartpole.yaml"),
+            "settings": settings,
+            "env_name": "cartpole",
+            "total_steps": total,
+            "device": args.device,
+        }
+        result = best_of(
+            [run_in_fresh_process("ours_throughput", params, args.threads, 1800.0) for _ in range(args.repeats)]
+        )
+        ceiling = best_of(
+            [
+                run_in_fresh_process(
+                    "ours_ceiling",
+                    {
+                        "config_path": str(args.configs / "cartpole.yaml"),
+                        "settings": settings,
+                        "device": args.device,
+                        "min_seconds": args.ceiling_seconds,
+                    },
+                    args.threads,
+                    600.0,
+                )
+                for _ in range(args.repeats)
+            ]
+        )
         result["num_envs"] = num_envs
         result["ceiling_steps_per_second"] = ceiling.get("steps_per_second")
         points.append(result)
-        _say(f"[scaling] num_envs {num_envs}: {_rate_text(result)}, "
-             f"ceiling {_rate_text(ceiling)}")
+        _say(f"[scaling] num_envs {num_envs}: {_rate_text(result)}, ceiling {_rate_text(ceiling)}")
     return points
 
 
 def run_games(args) -> dict[str, Any]:
     out = {}
     for game, targets in (("flappy_bird", FLAPPY_TARGETS), ("snake", SNAKE_TARGETS)):
-        params = {"config_path": str(args.configs / f"{game}.yaml"), "targets": list(targets),
-                  "cap_seconds": args.game_cap, "device": args.device, "seed": 0}
-        out[game] = run_in_fresh_process("ours_game", params, args.threads,
-                                         args.game_cap * 1.5 + 300.0)
+        params = {
+            "config_path": str(args.configs / f"{game}.yaml"),
+            "targets": list(targets),
+            "cap_seconds": args.game_cap,
+            "device": args.device,
+            "seed": 0,
+        }
+        out[game] = run_in_fresh_process("ours_game", params, args.threads, args.game_cap * 1.5 + 300.0)
         result = out[game]
         if "error" in result:
             _say(f"[games] {game}: FAILED: {result['error'].splitlines()[-1][:200]}")
         else:
-            _say(f"[games] {game}: seconds to targets {result['solve_train_seconds_by_target']}, "
-                 f"best mean score {result.get('best_score_mean')}")
+            _say(
+                f"[games] {game}: seconds to targets {result['solve_train_seconds_by_target']}, "
+                f"best mean score {result.get('best_score_mean')}"
+            )
     return out
 
 
@@ -280,13 +377,20 @@ def machine_description(threads: int) -> dict[str, Any]:
         pass
     try:
         import stable_baselines3
+
         sb3_version = stable_baselines3.__version__
     except ImportError:
         sb3_version = "not installed"
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "stable_baselines3": sb3_version, "threads": threads,
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "stable_baselines3": sb3_version,
+        "threads": threads,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,8 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.ours import shipped_settings
 
     command = "python -m benchmarks " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
-    results: dict[str, Any] = {"command": command.strip(), "machine": machine_description(args.threads),
-                               "started": datetime.datetime.now().isoformat(timespec="seconds")}
+    results: dict[str, Any] = {
+        "command": command.strip(),
+        "machine": machine_description(args.threads),
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
     needs_shipped = {"throughput", "ceiling", "scaling"} & set(args.sections)
     shipped = shipped_settings(args.configs / "cartpole.yaml") if needs_shipped else {}
     if shipped:

@@ -11,6 +11,7 @@ whole cost: its first run starts the moment the RunManager exists (with the fork
 run also waits for the server's own imports, which in the studio happen while the page loads),
 its second run is what every later Start costs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,13 +63,18 @@ def main(argv: list[str] | None = None) -> int:
             if "error" in result:
                 raise RuntimeError(f"{method}: {result['error']}")
             results[method].append(result["seconds"])
-            print(f"  round {round_ + 1} {method:<10} first run {results[method][-1][0]:.2f} s, "
-                  f"next {results[method][-1][1]:.2f} s", flush=True)
+            print(
+                f"  round {round_ + 1} {method:<10} first run {results[method][-1][0]:.2f} s, "
+                f"next {results[method][-1][1]:.2f} s",
+                flush=True,
+            )
     print("\n| trainer start | first run after the studio starts | every later run |\n|---|---|---|")
     for method in METHODS:
         first, later = zip(*results[method])
-        print(f"| {method} | {statistics.median(first):.2f} s [{min(first):.2f}-{max(first):.2f}] "
-              f"| {statistics.median(later):.2f} s [{min(later):.2f}-{max(later):.2f}] |")
+        print(
+            f"| {method} | {statistics.median(first):.2f} s [{min(first):.2f}-{max(first):.2f}] "
+            f"| {statistics.median(later):.2f} s [{min(later):.2f}-{max(later):.2f}] |"
+        )
     return 0
 
 

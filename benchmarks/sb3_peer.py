@@ -9,6 +9,7 @@ Two measurements, each meant to run in a fresh process (see `benchmarks.contende
 
 SB3 runs on the CPU: it is its own advice for MLP policies, and its fastest setting here.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,23 +43,43 @@ def linear_schedule(initial_value: float) -> Callable[[float], float]:
     return schedule
 
 
-def _make_ppo(n_envs: int, n_steps: int, batch_size: int, n_epochs: int, seed: int,
-              gamma: float = 0.99, gae_lambda: float = 0.95, ent_coef: float = 0.0,
-              learning_rate: float | Callable = 3e-4, clip_range: float | Callable = 0.2):
+def _make_ppo(
+    n_envs: int,
+    n_steps: int,
+    batch_size: int,
+    n_epochs: int,
+    seed: int,
+    gamma: float = 0.99,
+    gae_lambda: float = 0.95,
+    ent_coef: float = 0.0,
+    learning_rate: float | Callable = 3e-4,
+    clip_range: float | Callable = 0.2,
+):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
     env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)  # DummyVecEnv + Monitor, as the Zoo
     return PPO(
-        "MlpPolicy", env, n_steps=n_steps, batch_size=batch_size, n_epochs=n_epochs,
-        gamma=gamma, gae_lambda=gae_lambda, ent_coef=ent_coef, learning_rate=learning_rate,
-        clip_range=clip_range, policy_kwargs={"net_arch": NET_ARCH}, seed=seed, device="cpu",
+        "MlpPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=batch_size,
+        n_epochs=n_epochs,
+        gamma=gamma,
+        gae_lambda=gae_lambda,
+        ent_coef=ent_coef,
+        learning_rate=learning_rate,
+        clip_range=clip_range,
+        policy_kwargs={"net_arch": NET_ARCH},
+        seed=seed,
+        device="cpu",
         verbose=0,
     )
 
 
-def sb3_throughput(total_steps: int, num_envs: int, num_steps: int, minibatch_size: int,
-                   epochs: int, seed: int = 0) -> dict[str, Any]:
+def sb3_throughput(
+    total_steps: int, num_envs: int, num_steps: int, minibatch_size: int, epochs: int, seed: int = 0
+) -> dict[str, Any]:
     """Steps per second of `PPO.learn(total_steps)` with these rollout and update settings."""
     model = _make_ppo(num_envs, num_steps, minibatch_size, epochs, seed)
     start = time.perf_counter()
@@ -106,8 +127,9 @@ def _solve_callback(target: float, train_start: list[float]):
     return SolveWatcher()
 
 
-def sb3_time_to_solve(target: float = 475.0, seed: int = 0,
-                      total_steps: int = RL_ZOO_CARTPOLE["n_timesteps"]) -> dict[str, Any]:
+def sb3_time_to_solve(
+    target: float = 475.0, seed: int = 0, total_steps: int = RL_ZOO_CARTPOLE["n_timesteps"]
+) -> dict[str, Any]:
     """RL Zoo CartPole-v1 PPO until the mean return of the last 100 episodes reaches `target`.
 
     `total_steps` is the Zoo's budget (1e5); the linear schedules decay over it, so a smaller
@@ -115,8 +137,14 @@ def sb3_time_to_solve(target: float = 475.0, seed: int = 0,
     """
     zoo = RL_ZOO_CARTPOLE
     model = _make_ppo(
-        zoo["n_envs"], zoo["n_steps"], zoo["batch_size"], zoo["n_epochs"], seed,
-        gamma=zoo["gamma"], gae_lambda=zoo["gae_lambda"], ent_coef=zoo["ent_coef"],
+        zoo["n_envs"],
+        zoo["n_steps"],
+        zoo["batch_size"],
+        zoo["n_epochs"],
+        seed,
+        gamma=zoo["gamma"],
+        gae_lambda=zoo["gae_lambda"],
+        ent_coef=zoo["ent_coef"],
         learning_rate=linear_schedule(zoo["learning_rate"]),
         clip_range=linear_schedule(zoo["clip_range"]),
     )

@@ -10,6 +10,7 @@ its own process (`python -m trainer serve`), the clients in this one, each on it
 keep-alive connection, sending one observation per request as a game would. Each level stops
 after --requests requests or --seconds seconds, whichever comes first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,17 +46,26 @@ def untrained_model(folder: Path) -> Path:
     config = {"env_name": "flappy_bird", "algo": "ppo"}
     spec = make_policy_spec("ppo-medium", gymnasium.spaces.Box(-2, 2, (8,)), gymnasium.spaces.Discrete(2))
     torch.manual_seed(0)
-    return atomic_save({"format": "rl-studio", "format_version": 1, "kind": "model", "policy_spec": spec,
-                        "policy_state": build_policy(spec).state_dict(),
-                        "config": config, "global_step": 0},
-                       final_model_path(folder, config))  # where a run keeps it
+    return atomic_save(
+        {
+            "format": "rl-studio",
+            "format_version": 1,
+            "kind": "model",
+            "policy_spec": spec,
+            "policy_state": build_policy(spec).state_dict(),
+            "config": config,
+            "global_step": 0,
+        },
+        final_model_path(folder, config),
+    )  # where a run keeps it
 
 
 def start_server(model: Path, batching: bool) -> tuple[subprocess.Popen, int]:
     port = free_port()
     command = [sys.executable, "-m", "trainer", "serve", str(model), "--port", str(port)]
-    process = subprocess.Popen(command + ([] if batching else ["--no-batching"]), cwd=REPO,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command + ([] if batching else ["--no-batching"]), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -112,9 +122,15 @@ def run_level(port: int, clients: int, max_requests: int, max_seconds: float, bo
     elapsed = time.perf_counter() - began
     latencies.sort()
     quantile = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
-    return {"clients": clients, "requests": len(latencies), "errors": errors[0],
-            "requests_per_s": len(latencies) / elapsed, "p50_ms": quantile(0.50), "p99_ms": quantile(0.99),
-            "mean_ms": statistics.fmean(latencies) * 1000}
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "errors": errors[0],
+        "requests_per_s": len(latencies) / elapsed,
+        "p50_ms": quantile(0.50),
+        "p99_ms": quantile(0.99),
+        "mean_ms": statistics.fmean(latencies) * 1000,
+    }
 
 
 def forward_passes(port: int) -> int:
@@ -145,18 +161,23 @@ def main(argv: list[str] | None = None) -> int:
                     row = run_level(port, clients, args.requests, args.seconds, body)
                     row["requests_per_pass"] = row["requests"] / max(1, forward_passes(port) - before)
                     rows.append({"mode": "batched" if batching else "unbatched", **row})
-                    print(f"{rows[-1]['mode']:>9}  {clients:3d} clients  {row['requests_per_s']:8.0f} req/s  "
-                          f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
-                          f"{row['requests_per_pass']:5.1f} req/pass  ({row['requests']} requests, "
-                          f"{row['errors']} errors)", flush=True)
+                    print(
+                        f"{rows[-1]['mode']:>9}  {clients:3d} clients  {row['requests_per_s']:8.0f} req/s  "
+                        f"p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
+                        f"{row['requests_per_pass']:5.1f} req/pass  ({row['requests']} requests, "
+                        f"{row['errors']} errors)",
+                        flush=True,
+                    )
             finally:
                 process.terminate()
                 process.wait(30)
     print("\n| mode | clients | requests/s | p50 ms | p99 ms | requests per forward pass |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
-        print(f"| {row['mode']} | {row['clients']} | {row['requests_per_s']:.0f} | {row['p50_ms']:.2f} | "
-              f"{row['p99_ms']:.2f} | {row['requests_per_pass']:.1f} |")
+        print(
+            f"| {row['mode']} | {row['clients']} | {row['requests_per_s']:.0f} | {row['p50_ms']:.2f} | "
+            f"{row['p99_ms']:.2f} | {row['requests_per_pass']:.1f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -39,8 +39,13 @@ from trainer.cluster.launch import free_port  # noqa: E402  (after the path: the
 from trainer.run.layout import events_path, log_path  # noqa: E402
 
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 ENV = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", SDL_VIDEODRIVER="dummy")
 
@@ -68,9 +73,22 @@ def run_headless(config_path: Path, settings: dict, run_dir: Path) -> tuple[floa
 def start_studio(runs_dir: Path, poll_seconds: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--runs-dir", str(runs_dir),
-         "--poll-seconds", str(poll_seconds)], cwd=REPO, env=ENV,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "app.py",
+            "--port",
+            str(port),
+            "--runs-dir",
+            str(runs_dir),
+            "--poll-seconds",
+            str(poll_seconds),
+        ],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -145,8 +163,9 @@ def run_in_studio(config: dict, runs_dir: Path, browser: bool, clients: int, pol
             else:
                 run_id = client.predict(config["env_name"], config, api_name="/start")["run_id"]
             finished, polls = threading.Event(), []
-            pollers = [threading.Thread(target=watch_with_client, args=(url, run_id, finished, polls))
-                       for _ in range(clients)]
+            pollers = [
+                threading.Thread(target=watch_with_client, args=(url, run_id, finished, polls)) for _ in range(clients)
+            ]
             for poller in pollers:
                 poller.start()
             points = 0
@@ -161,8 +180,15 @@ def run_in_studio(config: dict, runs_dir: Path, browser: bool, clients: int, pol
             for poller in pollers:
                 poller.join(30)
         speed, steps, elapsed = training_speed(runs_dir / run_id)
-        return {"speed": speed, "steps": steps, "elapsed": elapsed, "studio_cpu": studio_cpu,
-                "browser_cpu": browser_cpu, "api_polls": len(polls), "reward_points": points}
+        return {
+            "speed": speed,
+            "steps": steps,
+            "elapsed": elapsed,
+            "studio_cpu": studio_cpu,
+            "browser_cpu": browser_cpu,
+            "api_polls": len(polls),
+            "reward_points": points,
+        }
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(20)
@@ -191,23 +217,33 @@ def main() -> None:
         for round_number in range(1, args.repeats + 1):
             speed, steps, elapsed = run_headless(config_path, settings, Path(folder) / f"headless-{round_number}")
             headless.append(speed)
-            print(f"round {round_number} headless: {speed:,.0f} steps/s ({steps:,} steps in {elapsed:.1f} s)",
-                  flush=True)
-            result = run_in_studio({**config, **settings}, Path(folder) / f"studio-{round_number}",
-                                   browser=not args.no_browser, clients=args.clients,
-                                   poll_seconds=args.poll_seconds)
+            print(
+                f"round {round_number} headless: {speed:,.0f} steps/s ({steps:,} steps in {elapsed:.1f} s)", flush=True
+            )
+            result = run_in_studio(
+                {**config, **settings},
+                Path(folder) / f"studio-{round_number}",
+                browser=not args.no_browser,
+                clients=args.clients,
+                poll_seconds=args.poll_seconds,
+            )
             studio.append(result["speed"])
-            print(f"round {round_number} studio:   {result['speed']:,.0f} steps/s ({result['steps']:,} steps in "
-                  f"{result['elapsed']:.1f} s); CPU: studio server {result['studio_cpu'] * 100:.0f}% of a core, "
-                  f"browser {result['browser_cpu'] * 100:.0f}%; reward chart showed {result['reward_points']} points",
-                  flush=True)
+            print(
+                f"round {round_number} studio:   {result['speed']:,.0f} steps/s ({result['steps']:,} steps in "
+                f"{result['elapsed']:.1f} s); CPU: studio server {result['studio_cpu'] * 100:.0f}% of a core, "
+                f"browser {result['browser_cpu'] * 100:.0f}%; reward chart showed {result['reward_points']} points",
+                flush=True,
+            )
     watchers = ("a Chromium tab" if not args.no_browser else "no browser") + (
-        f" + {args.clients} API pollers" if args.clients else "")
+        f" + {args.clients} API pollers" if args.clients else ""
+    )
     headless_speed, studio_speed = statistics.median(headless), statistics.median(studio)
     print()
-    print(f"config {args.config}, {args.total_timesteps:,} steps, {args.repeats} rounds, watched by {watchers} "
-          f"(studio polls every {args.poll_seconds:g} s); "
-          f"{psutil.cpu_count()} CPU cores")
+    print(
+        f"config {args.config}, {args.total_timesteps:,} steps, {args.repeats} rounds, watched by {watchers} "
+        f"(studio polls every {args.poll_seconds:g} s); "
+        f"{psutil.cpu_count()} CPU cores"
+    )
     print(f"headless : {headless_speed:>10,.0f} steps/s (median)")
     print(f"studio   : {studio_speed:>10,.0f} steps/s (median)")
     print(f"ratio    : {studio_speed / headless_speed:>10.1%}  (goal >= 90%)")

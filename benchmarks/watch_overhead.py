@@ -10,6 +10,7 @@ from metrics.jsonl).
 
 Goal: the watched run keeps at least 95% of the alone speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,29 @@ from trainer.run.layout import events_path  # noqa: E402  (after the path: the s
 
 
 def train_speed(config: str, total: int, run_dir: Path) -> float:
-    subprocess.run([sys.executable, "-m", "trainer", "--config", config, "--run-dir", str(run_dir), "-q",
-                    "--set", f"total_timesteps={total}", "--set", "gif_interval=0", "--set", "device=cpu",
-                    "--set", "checkpoint.interval=0"], cwd=REPO, check=True,
-                   env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--config",
+            config,
+            "--run-dir",
+            str(run_dir),
+            "-q",
+            "--set",
+            f"total_timesteps={total}",
+            "--set",
+            "gif_interval=0",
+            "--set",
+            "device=cpu",
+            "--set",
+            "checkpoint.interval=0",
+        ],
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "SDL_VIDEODRIVER": "dummy"},
+    )
     rows = [json.loads(line) for line in events_path(run_dir).read_text().splitlines()]
     last = [row for row in rows if row.get("type") == "metrics"][-1]
     return last["step"] / last["elapsed"]
@@ -42,10 +62,29 @@ def train_speed(config: str, total: int, run_dir: Path) -> float:
 def watched_run(env_name: str, folder: Path) -> Path:
     """A short run of `env_name` whose final model the player shows."""
     run_dir = folder / f"watched-{env_name}"
-    subprocess.run([sys.executable, "-m", "trainer", "--set", f"env_name={env_name}", "--set", "num_envs=8",
-                    "--set", "total_timesteps=4096", "--set", "gif_interval=0", "--set", "device=cpu",
-                    "--run-dir", str(run_dir), "-q"], cwd=REPO, check=True,
-                   env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--set",
+            f"env_name={env_name}",
+            "--set",
+            "num_envs=8",
+            "--set",
+            "total_timesteps=4096",
+            "--set",
+            "gif_interval=0",
+            "--set",
+            "device=cpu",
+            "--run-dir",
+            str(run_dir),
+            "-q",
+        ],
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "SDL_VIDEODRIVER": "dummy"},
+    )
     return run_dir
 
 
@@ -87,11 +126,16 @@ def main(argv: list[str] | None = None) -> int:
                     watcher.join(10)
                     frames_shown.append(counter[0] / (time.monotonic() - counter[1]))
                 speeds[mode].append(speed)
-                print(f"round {round_index + 1} {mode:>7}: {speed:8.0f} steps/s"
-                      + (f"  (watch view at {frames_shown[-1]:.1f} fps)" if watcher is not None else ""), flush=True)
+                print(
+                    f"round {round_index + 1} {mode:>7}: {speed:8.0f} steps/s"
+                    + (f"  (watch view at {frames_shown[-1]:.1f} fps)" if watcher is not None else ""),
+                    flush=True,
+                )
     alone, watched = statistics.median(speeds["alone"]), statistics.median(speeds["watched"])
-    print(f"\nmedian: alone {alone:.0f} steps/s, watched {watched:.0f} steps/s -> {watched / alone:.1%} of the speed; "
-          f"the view ran at {statistics.fmean(frames_shown):.1f} fps")
+    print(
+        f"\nmedian: alone {alone:.0f} steps/s, watched {watched:.0f} steps/s -> {watched / alone:.1%} of the speed; "
+        f"the view ran at {statistics.fmean(frames_shown):.1f} fps"
+    )
     return 0
 
 

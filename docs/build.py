@@ -24,7 +24,10 @@ DOCS = ROOT / "docs"
 
 # Generated tables: marker -> (module, the function that writes the table after it).
 GENERATED_TABLES = {
-    "<!-- config reference: generated from trainer/config/keys.py -->": ("trainer.config.keys", "reference_markdown"),
+    "<!-- config reference: generated from trainer/config/keys.py -->": (
+        "trainer.config.reference",
+        "reference_markdown",
+    ),
     "<!-- untuned defaults: generated from trainer/config/defaults.py -->": (
         "trainer.config.defaults",
         "untuned_defaults_markdown",

@@ -8,16 +8,11 @@
 
 Importing `envs` also registers the single-env Gymnasium ids `FlappyBird-v0` and `Snake-v0`.
 """
-from envs.base import (
-    EnvConfigError,
-    EnvError,
-    EpisodeStats,
-    EpisodeSummary,
-    UnknownEnvError,
-    VecEnv,
-)
-from envs.registry import builtin_env_names, make_vec_env, resolve_env_name
 import envs.gym_registration  # noqa: F401,E402  (registers FlappyBird-v0 / Snake-v0)
+from envs.base import VecEnv
+from envs.errors import EnvConfigError, EnvError, UnknownEnvError
+from envs.registry import builtin_env_names, make_vec_env, resolve_env_name
+from envs.stats import EpisodeStats, EpisodeSummary
 
 __all__ = [
     "EnvConfigError",

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         print("Any Gymnasium id (e.g. Acrobot-v1) or entry point 'package.module:Class' works too.")
         return 0
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    from envs.base import EnvError
+    from envs.errors import EnvError
     from envs.registry import resolve_env_name
 
     try:

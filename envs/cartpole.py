@@ -20,7 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, UniformNoise, VecEnv, positive_int
+from envs.base import VecEnv
+from envs.errors import EnvConfigError
+from envs.noise import UniformNoise
+from envs.options import positive_int
 from envs.rendering import import_pygame, surface_to_array
 
 GRAVITY = 9.8

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.base import EnvConfigError
+from envs.errors import EnvConfigError
 
 
 def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:

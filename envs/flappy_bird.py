@@ -1,4 +1,5 @@
-"""Batched Flappy Bird on the classic 288 x 512 playfield, plus its pygame renderer.
+"""Batched Flappy Bird on the classic 288 x 512 playfield (its geometry and drawing:
+envs/flappy_bird_screen.py).
 
 The rules follow the well-known FlapPyBird clone: every step the bird falls a little faster
 (gravity 1 px/step^2, at most 10 px/step); a flap sets its vertical speed to -9 px/step. Pipes
@@ -30,16 +31,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, UniformNoise, VecEnv, finite_number, positive_int, size_pair
-from envs.rendering import font, import_pygame, surface_to_array
+from envs.base import VecEnv
+from envs.errors import EnvConfigError
+from envs.flappy_bird_screen import (
+    BIRD_HEIGHT,
+    BIRD_WIDTH,
+    BIRD_X,
+    GROUND_Y,
+    PIPE_WIDTH,
+    SCREEN_HEIGHT,
+    SCREEN_WIDTH,
+    draw_flappy_bird,
+)
+from envs.noise import UniformNoise
+from envs.options import finite_number, positive_int, size_pair
 
-SCREEN_WIDTH = 288
-SCREEN_HEIGHT = 512
-GROUND_Y = 404  # int(512 * 0.79): the top of the ground strip
-BIRD_X = 57  # int(288 * 0.2): left edge of the bird, which never moves horizontally
-BIRD_WIDTH = 34
-BIRD_HEIGHT = 24
-PIPE_WIDTH = 52
 GRAVITY = 1.0
 MAX_FALL_SPEED = 10.0
 HALF_FIELD = GROUND_Y / 2
@@ -123,6 +129,13 @@ class FlappyBirdVecEnv(VecEnv):
         self._pipe_slot_column = self._pipe_slots.unsqueeze(1)  # (P, 1): pipe-major state, see `gap_tops`
         self._env_index = torch.arange(num_envs, device=dev)
         self._pipe_slots_int = torch.arange(self.num_pipes, device=dev)
+        # A new game: the bird halfway up, still, and the first pipe entering on the right edge.
+        self._start_y = torch.tensor(float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2), device=dev)
+        self._start_offset = torch.tensor(float(SCREEN_WIDTH), device=dev)
+        self._zero = torch.zeros((), device=dev)
+        # A random 15-bit field times range / 2**15 is uniform * range exactly (scaling by a power
+        # of two is exact), in one product.
+        self._gap_field_scale = torch.tensor(self.gap_top_range / (1 << UniformNoise.FIELD_BITS), device=dev)
 
         if obs == "vector":
             self.single_observation_space = gymnasium.spaces.Box(-2.0, 2.0, shape=(8,), dtype=np.float32)
@@ -152,6 +165,10 @@ class FlappyBirdVecEnv(VecEnv):
         self._noise = UniformNoise(num_envs, self.generator, dev)
         self._spawn_fields: Tensor | None = None
         self._steps_taken = 0
+        # Vector obs: what `_restart` writes the observation of a new game into (columns 0-2 and
+        # 5 are the same in every new game; `_reset_all` sets them). Scratch, not state: a tuple,
+        # as checkpoints copy every tensor attribute.
+        self._restart_scratch = (torch.empty(num_envs, 8, device=dev),) if obs == "vector" else ()
         self.reset()
 
     # Game state -------------------------------------------------------------------------------
@@ -164,18 +181,20 @@ class FlappyBirdVecEnv(VecEnv):
     def _random_gap_tops(self, uniform: Tensor) -> Tensor:
         return torch.floor(uniform * self.gap_top_range).add_(self.gap_top_min)
 
-    def _start_state(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(bird_y, bird_velocity, pipe_offset, gaps (P, N)) of a new episode, for every env."""
-        gap_fields = [self._noise.draw(4) for _ in range(math.ceil(self.num_pipes / 4))]
-        gaps = self._random_gap_tops(torch.cat(gap_fields)[: self.num_pipes])
-        bird_y = torch.full((self.num_envs,), float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2), device=self.device)
-        velocity = torch.zeros(self.num_envs, device=self.device)
-        # The first pipe enters from the right edge of the screen.
-        pipe_offset = torch.full((self.num_envs,), float(SCREEN_WIDTH), device=self.device)
-        return bird_y, velocity, pipe_offset, gaps
+    def _start_gaps(self) -> Tensor:
+        """(P, N) gap tops of a new game in every env: as `_random_gap_tops`, from 15-bit fields
+        (one 64-bit draw per 4 pipes), with no new tensor but the result."""
+        tops = []
+        for first in range(0, self.num_pipes, 4):
+            fields = self._noise.draw_fields(min(4, self.num_pipes - first))
+            tops.append(torch.mul(fields, self._gap_field_scale).floor_().add_(self.gap_top_min))
+        return tops[0] if len(tops) == 1 else torch.cat(tops)
 
     def _reset_all(self) -> Tensor:
-        self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps = self._start_state()
+        self._gaps = self._start_gaps()
+        self.bird_y = self._start_y.expand(self.num_envs).clone()
+        self.bird_velocity = torch.zeros(self.num_envs, device=self.device)
+        self.pipe_offset = self._start_offset.expand(self.num_envs).clone()
         self.score.zero_()
         self.episode_length.zero_()
         self._steps_taken = 0
@@ -186,7 +205,9 @@ class FlappyBirdVecEnv(VecEnv):
             self._start_frames = frame[:1].unsqueeze(1).expand(-1, self.frame_stack, -1, -1).contiguous()
             self._frames = self._start_frames.expand(self.num_envs, -1, -1, -1).contiguous()
             return self._frames
-        return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
+        obs = self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
+        self._restart_scratch[0].copy_(obs)  # every env's new game: the columns all new games share
+        return obs
 
     def _spawn_uniform(self) -> Tensor:
         """(N,) uniform numbers for the gap of a pipe spawned this step.
@@ -240,20 +261,32 @@ class FlappyBirdVecEnv(VecEnv):
         return self._frames
 
     def _restart(self, done: Tensor, final_obs: Tensor) -> Tensor:
-        start_y, start_velocity, start_offset, start_gaps = self._start_state()
+        start_gaps = self._start_gaps()
         self.score.masked_fill_(done, 0.0)
         self.episode_length.masked_fill_(done, 0.0)
-        self.bird_y = torch.where(done, start_y, self.bird_y)
-        self.bird_velocity = torch.where(done, start_velocity, self.bird_velocity)
-        self.pipe_offset = torch.where(done, start_offset, self.pipe_offset)
+        self.bird_y = torch.where(done, self._start_y, self.bird_y)
+        self.bird_velocity = torch.where(done, self._zero, self.bird_velocity)
+        self.pipe_offset = torch.where(done, self._start_offset, self.pipe_offset)
         self._gaps = torch.where(done, start_gaps, self._gaps)
         if self.obs_mode == "vector":
-            return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
+            # The others' observation has not changed: `final_obs`.
+            return torch.where(done.unsqueeze(1), self._new_game_obs(start_gaps), final_obs)
         # Every game starts with the same picture: no frame to draw for the new ones.
         self._frames = torch.where(done.view(-1, 1, 1, 1), self._start_frames, final_obs)
         return self._frames
 
     # Observations -----------------------------------------------------------------------------
+
+    def _new_game_obs(self, gaps: Tensor) -> Tensor:
+        """(N, 8) `_vector_obs` of a new game in every env with gap tops `gaps` (P, N), in the
+        same float32 arithmetic: the next pipes are pipes 0 and 1, and all but their gaps is
+        the same in every new game (kept from reset). Scratch that the next call rewrites."""
+        (obs,) = self._restart_scratch
+        bird_centre = float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2) + BIRD_HEIGHT / 2
+        for ahead in range(2):
+            torch.div(gaps[ahead] - bird_centre, HALF_FIELD, out=obs[:, 3 + 3 * ahead])
+            torch.div(gaps[ahead] + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
+        return obs
 
     def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:
         """(N, 8) observations; `gaps` is pipe-major (P, N)."""
@@ -313,110 +346,3 @@ class FlappyBirdVecEnv(VecEnv):
         return draw_flappy_bird(
             float(bird_y), float(velocity), pipe_xs, gap_tops, self.gap_size, int(score), int(steps), self.pipe_speed
         )
-
-
-SKY = (78, 192, 202)
-PIPE_GREEN = (115, 191, 46)
-PIPE_LIGHT = (155, 227, 89)
-PIPE_DARK = (84, 56, 71)
-GROUND_TOP = (101, 171, 43)
-GROUND_SAND = (222, 216, 149)
-GROUND_STRIPE = (208, 200, 128)
-BIRD_YELLOW = (250, 204, 38)
-BIRD_ORANGE = (245, 130, 30)
-OUTLINE = (70, 50, 50)
-
-
-def _draw_backdrop(pygame, surface) -> None:
-    surface.fill(SKY)
-    # Clouds, a pale city and bushes along the horizon, as in the original's background.
-    for x in range(-20, SCREEN_WIDTH + 40, 46):
-        pygame.draw.circle(surface, (233, 252, 217), (x, 330), 30)
-    for index, x in enumerate(range(0, SCREEN_WIDTH, 24)):
-        height = (28, 46, 36, 56, 30, 42)[index % 6]
-        pygame.draw.rect(surface, (216, 243, 220), (x, 352 - height, 20, height + 20))
-        for window_y in range(352 - height + 6, 352, 10):
-            pygame.draw.rect(surface, (180, 226, 200), (x + 4, window_y, 4, 4))
-            pygame.draw.rect(surface, (180, 226, 200), (x + 12, window_y, 4, 4))
-    for x in range(-10, SCREEN_WIDTH + 30, 28):
-        pygame.draw.circle(surface, (117, 213, 99), (x, 382), 20)
-    pygame.draw.rect(surface, (117, 213, 99), (0, 380, SCREEN_WIDTH, GROUND_Y - 380))
-
-
-def _draw_pipe(pygame, surface, x: float, top: float, bottom: float, cap_at_bottom: bool) -> None:
-    if bottom <= top:
-        return
-    body = pygame.Rect(int(x) + 2, int(top), PIPE_WIDTH - 4, int(bottom - top))
-    pygame.draw.rect(surface, PIPE_GREEN, body)
-    pygame.draw.rect(surface, PIPE_LIGHT, (body.x + 6, body.y, 6, body.height))
-    pygame.draw.rect(surface, PIPE_DARK, body, 2)
-    cap_height = 24
-    cap_y = bottom - cap_height if cap_at_bottom else top
-    cap = pygame.Rect(int(x) - 2, int(cap_y), PIPE_WIDTH + 4, cap_height)
-    pygame.draw.rect(surface, PIPE_GREEN, cap)
-    pygame.draw.rect(surface, PIPE_LIGHT, (cap.x + 6, cap.y + 2, 6, cap.height - 4))
-    pygame.draw.rect(surface, PIPE_DARK, cap, 2)
-
-
-def _draw_bird(pygame, surface, bird_y: float, velocity: float) -> None:
-    sprite = pygame.Surface((BIRD_WIDTH + 8, BIRD_HEIGHT + 8), pygame.SRCALPHA)
-    body = pygame.Rect(4, 4, BIRD_WIDTH, BIRD_HEIGHT)
-    pygame.draw.ellipse(sprite, BIRD_YELLOW, body)
-    pygame.draw.ellipse(sprite, OUTLINE, body, 2)
-    pygame.draw.ellipse(sprite, (252, 240, 200), (8, 10, 16, 10))  # wing
-    pygame.draw.ellipse(sprite, OUTLINE, (8, 10, 16, 10), 1)
-    pygame.draw.circle(sprite, (255, 255, 255), (29, 11), 6)  # eye
-    pygame.draw.circle(sprite, OUTLINE, (29, 11), 6, 1)
-    pygame.draw.circle(sprite, (0, 0, 0), (31, 11), 2)
-    pygame.draw.polygon(sprite, BIRD_ORANGE, [(30, 18), (41, 19), (30, 24)])  # beak
-    pygame.draw.polygon(sprite, OUTLINE, [(30, 18), (41, 19), (30, 24)], 1)
-    tilt = max(-90.0, min(25.0, -velocity * 3.0))  # nose up when rising, down when falling
-    rotated = pygame.transform.rotate(sprite, tilt)
-    centre = (BIRD_X + BIRD_WIDTH / 2, bird_y + BIRD_HEIGHT / 2)
-    surface.blit(rotated, rotated.get_rect(center=(int(centre[0]), int(centre[1]))))
-
-
-def _draw_ground(pygame, surface, steps: int, speed: float) -> None:
-    pygame.draw.rect(surface, GROUND_SAND, (0, GROUND_Y, SCREEN_WIDTH, SCREEN_HEIGHT - GROUND_Y))
-    pygame.draw.rect(surface, GROUND_TOP, (0, GROUND_Y, SCREEN_WIDTH, 10))
-    pygame.draw.line(surface, OUTLINE, (0, GROUND_Y), (SCREEN_WIDTH, GROUND_Y), 2)
-    shift = int(steps * speed) % 24
-    for x in range(-24 - shift, SCREEN_WIDTH + 24, 24):
-        pygame.draw.polygon(surface, (140, 200, 60), [(x, GROUND_Y + 2), (x + 12, GROUND_Y + 2), (x + 6, GROUND_Y + 10), (x - 6, GROUND_Y + 10)])
-    pygame.draw.line(surface, GROUND_STRIPE, (0, GROUND_Y + 12), (SCREEN_WIDTH, GROUND_Y + 12), 2)
-
-
-def _draw_score(pygame, surface, score: int) -> None:
-    text = str(score)
-    big = font(64)
-    outline = big.render(text, True, (0, 0, 0))
-    fill = big.render(text, True, (255, 255, 255))
-    x = SCREEN_WIDTH // 2 - fill.get_width() // 2
-    for dx, dy in ((-2, 0), (2, 0), (0, -2), (0, 2), (-2, -2), (2, 2), (-2, 2), (2, -2)):
-        surface.blit(outline, (x + dx, 30 + dy))
-    surface.blit(fill, (x, 30))
-
-
-def draw_flappy_bird(
-    bird_y: float,
-    velocity: float,
-    pipe_xs,
-    gap_tops,
-    gap_size: float,
-    score: int,
-    steps: int = 0,
-    pipe_speed: float = 4.0,
-) -> np.ndarray:
-    """Draw one Flappy Bird frame (512 x 288 x 3 uint8) from a game state."""
-    pygame = import_pygame()
-    surface = pygame.Surface((SCREEN_WIDTH, SCREEN_HEIGHT))
-    _draw_backdrop(pygame, surface)
-    for x, gap_top in zip(pipe_xs, gap_tops):
-        if x > SCREEN_WIDTH or x + PIPE_WIDTH < 0:
-            continue
-        _draw_pipe(pygame, surface, x, -30, gap_top, cap_at_bottom=True)
-        _draw_pipe(pygame, surface, x, gap_top + gap_size, GROUND_Y + 2, cap_at_bottom=False)
-    _draw_ground(pygame, surface, steps, pipe_speed)
-    _draw_bird(pygame, surface, bird_y, velocity)
-    _draw_score(pygame, surface, score)
-    return surface_to_array(surface)

@@ -25,9 +25,11 @@ import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 from torch import Tensor
 
-from envs.base import EnvConfigError, EnvError, UnknownEnvError, VecEnv
+from envs.base import VecEnv
 from envs.cores import resolve_num_workers
-from envs.pool import DEFAULT_STEP_TIMEOUT_S, LocalEnvs, WorkerPool, episode_scores
+from envs.errors import EnvConfigError, EnvError, UnknownEnvError
+from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool
+from envs.pool_worker import LocalEnvs, episode_scores
 
 MODES = ("sync", "async", "pool", "async_pool")
 
@@ -130,7 +132,7 @@ class GymVecEnv(VecEnv):
         self._vector_env = self._pool = self._views = None
         # async_pool: a step's halves meet here for the statistics (reward, score, done)
         self._step_stats = torch.zeros(3, num_envs, device=self.device)
-        self.step_groups: tuple[slice, ...] | None = None  # async_pool: the envs of each half
+        self._groups = (slice(0, num_envs),)  # `step_groups`: async_pool steps two halves
         obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
         if mode == "sync":
             self._pool = LocalEnvs(env_fn, num_envs, obs_shape, self.single_action_space.shape,
@@ -148,14 +150,14 @@ class GymVecEnv(VecEnv):
             self._pool = WorkerPool(env_fn, num_envs, workers, obs_shape, self.single_action_space.shape,
                                     self.single_action_space.dtype, groups=groups, step_timeout=step_timeout)
             if groups == 2:
-                self.step_groups = tuple(self._pool.group_envs)
+                self._groups = tuple(self._pool.group_envs)
             self._group_received = [False] * groups
             self._views = self._shared_views()
-            if self.step_groups is not None:  # each group's slices, made once
-                self._group_stats = [self._step_stats[:, envs].unbind(0) for envs in self.step_groups]
+            if groups == 2:  # each group's slices, made once
+                self._group_stats = [self._step_stats[:, envs].unbind(0) for envs in self._groups]
                 if self._views is not None:
                     self._group_views = [{name: view[envs] for name, view in self._views.items()}
-                                         for envs in self.step_groups]
+                                         for envs in self._groups]
         self.num_workers = num_envs if mode == "async" else self._pool.num_workers
         self._closed = False
         self._running_return = np.zeros(num_envs, dtype=np.float64)  # Gymnasium's vectorisers (the pool's: in its workers)
@@ -226,6 +228,7 @@ class GymVecEnv(VecEnv):
             self._group_received = [False] * len(self._group_received)
         else:
             obs, _ = self._vector_env.reset(seed=seed)
+        self._sent = None
         self.stats.reset()
         self._running_return[:] = 0.0
         return self._obs_to_tensor(obs)
@@ -304,14 +307,25 @@ class GymVecEnv(VecEnv):
         self.stats.update(views["reward"], views["score"], views["done"])
         return views["obs"], views["reward"], views["terminated"], views["truncated"], {"final_obs": views["final_obs"]}
 
+    @property
+    def step_groups(self) -> tuple[slice, ...]:
+        """async_pool: the two halves of the batch, each stepping while the caller works on the
+        other; every other mode: one group, the whole batch."""
+        return self._groups
+
     def send(self, group: int, actions: Tensor) -> None:
-        """async_pool: start a step of the envs `step_groups[group]` with their actions."""
-        envs = self.step_groups[group]
+        """Start a step of the envs `step_groups[group]` with their actions: async_pool hands it
+        to the group's workers and returns; the other modes step now (`step_views`)."""
+        if len(self._groups) == 1:
+            self._check_send(group)
+            self._sent = self.step_views(actions)
+            return
+        envs = self._groups[group]
         self._pool.send(group, self._actions_to_numpy(actions, envs.stop - envs.start))
 
     def recv(self, group: int) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
-        """async_pool: wait for `group`'s step and return its (obs, reward, terminated,
-        truncated, info) for the envs `step_groups[group]`; the statistics count a step once
+        """Wait for `group`'s step and return its (obs, reward, terminated, truncated, info) for
+        the envs `step_groups[group]`, as new tensors; async_pool's statistics count a step once
         every group has reported it."""
         obs, reward, terminated, truncated, info = self.recv_views(group)
         if self._views is None:
@@ -321,8 +335,10 @@ class GymVecEnv(VecEnv):
     def recv_views(self, group: int) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         """`recv`, but the tensors may be views of the shared memory, valid until the group is
         sent again (as `step_views`)."""
+        if len(self._groups) == 1:
+            return super().recv(group)  # what `send` kept
         self._pool.recv(group)
-        envs = self.step_groups[group]
+        envs = self._groups[group]
         if self._views is not None:
             views = self._group_views[group]
             out = (views["obs"], views["reward"], views["terminated"], views["truncated"],

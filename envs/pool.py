@@ -7,13 +7,14 @@ through a pipe; here the actions, observations, rewards and done flags live in s
 worker (`envs/doorbell.py`: a counter in shared memory that the other side spins on for a moment, then
 a semaphore to sleep on), so a step costs microseconds of signalling rather than a scheduler
 round trip. A worker auto-resets a finished env itself, keeping the observation the episode
-ended on in `final_obs`, so the learner never waits for a second round trip.
+ended on in `final_obs`, so the learner never waits for a second round trip. This module is the
+learner's side; what runs in a worker (and in mode `sync`, in the learner) is envs/pool_worker.py.
 
 `WorkerPool` speaks numpy, like a Gymnasium vector env; `envs.gym_vec.GymVecEnv` (modes
 `pool` and `async_pool`) puts it behind the `VecEnv` protocol with the conversions, scores
 and statistics every Gymnasium env gets. The asynchronous mode splits the workers into two
 groups (`send(group, actions)` / `recv(group)`), so one half of the envs steps while the
-policy acts on the other (trainer/algos/rollout.py uses it whenever an env offers `step_groups`).
+policy acts on the other (`VecEnv.step_groups`, which trainer/algos/rollout.py steps by).
 
 Faults end the run, never hang it: an exception in the env's code comes back with its own
 traceback and the worker's number; a worker that dies (a segfault) or whose step outlives
@@ -26,28 +27,22 @@ trajectories depend on the seed only, not on how many workers share the envs.
 """
 from __future__ import annotations
 
-import ctypes
-import faulthandler
 import multiprocessing
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
-import traceback
 from typing import Callable, Sequence
 
 import cloudpickle
 import numpy as np
 
-from envs.base import EnvConfigError, EnvError
 from envs.cores import available_cores
-from envs.doorbell import SPIN_S, Doorbell
+from envs.doorbell import SPIN_S
+from envs.errors import EnvConfigError, EnvError
+from envs.pool_worker import CLOSE, FAILED, RENDER, RESET, STEP, Shared, worker_main
 
-# Commands a worker reads from the shared `command` slot when woken.
-_STEP, _RESET, _RENDER, _CLOSE = 1, 2, 3, 4
-_OK, _FAILED = 0, 1
 # How often a waiting learner checks that its workers are still alive (seconds).
 _LIVENESS_POLL_S = 0.2
 DEFAULT_STEP_TIMEOUT_S = 60.0
@@ -61,214 +56,6 @@ def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
     bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
     return [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
-
-class _Shared:
-    """The numpy views of the pool's shared arrays (created by the learner, inherited by workers)."""
-
-    def __init__(self, num_envs: int, obs_shape: tuple, action_shape: tuple, action_dtype: np.dtype,
-                 num_workers: int, raw: dict | None = None):
-        self.specs = {
-            "obs": ((num_envs, *obs_shape), np.float32),
-            "final_obs": ((num_envs, *obs_shape), np.float32),
-            "actions": ((num_envs, *action_shape), np.dtype(action_dtype)),
-            # What the learner hands on as it is (float32, as the trainer's tensors): each step's
-            # reward, end flags, and the episode's score so far (`episode_scores`).
-            "reward": ((num_envs,), np.float32),
-            "terminated": ((num_envs,), np.bool_),
-            "truncated": ((num_envs,), np.bool_),
-            "done": ((num_envs,), np.float32),     # terminated | truncated, as 0.0 / 1.0 (the statistics multiply by it)
-            "score": ((num_envs,), np.float32),
-            "seeds": ((num_envs,), np.int64),        # -1: reset without a seed
-            "command": ((num_workers,), np.int32),
-            # `Doorbell`s: learner -> worker (a command is waiting) and worker -> learner (done)
-            "go_count": ((num_workers,), np.int64),
-            "go_sleeping": ((num_workers,), np.int32),
-            "done_count": ((num_workers,), np.int64),
-            "done_sleeping": ((num_workers,), np.int32),
-            "status": ((num_workers,), np.int32),
-            "arg": ((num_workers,), np.int64),       # the env index of a render command
-        }
-        if raw == {}:  # one process (LocalEnvs): plain arrays
-            for name, (shape, dtype) in self.specs.items():
-                setattr(self, name, np.zeros(shape, dtype=dtype))
-            self.raw = raw
-            return
-        self.raw = raw if raw is not None else {
-            name: multiprocessing.RawArray(ctypes.c_byte, max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize))
-            for name, (shape, dtype) in self.specs.items()
-        }
-        for name, (shape, dtype) in self.specs.items():
-            count = int(np.prod(shape))
-            setattr(self, name, np.frombuffer(self.raw[name], dtype=dtype, count=count).reshape(shape))
-
-    def doorbells(self, worker: int, go_semaphore, done_semaphore,
-                  learner_spin: float = SPIN_S) -> tuple[Doorbell, Doorbell]:
-        """Worker `worker`'s two doorbells: (go: learner -> worker, done: worker -> learner)."""
-        return (Doorbell(self.go_count, self.go_sleeping, worker, go_semaphore),
-                Doorbell(self.done_count, self.done_sleeping, worker, done_semaphore, spin=learner_spin))
-
-
-def episode_scores(running: np.ndarray, reward: np.ndarray, done: np.ndarray, env_score: np.ndarray,
-                   has_score: np.ndarray) -> np.ndarray:
-    """Each env's score after a step: the game's own `info["score"]` where the env reported one,
-    else the return of the episode so far. `running` (float64, one per env) holds those returns:
-    this step's reward is added, and finished episodes restart from 0. The one rule for every
-    Gymnasium vectoriser (the pool's workers and envs.gym_vec for Gymnasium's own)."""
-    running += reward
-    score = np.where(has_score, env_score, running)
-    running[done] = 0.0
-    return score
-
-
-def _die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
-    if pdeathsig and sys.platform.startswith("linux"):
-        try:  # the kernel kills us when the creating thread's process dies, even by SIGKILL
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-    def watch() -> None:  # also covers macOS and pools made in a thread other than the main one
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(1)
-            time.sleep(0.5)
-
-    if os.getppid() != parent_pid:
-        os._exit(1)
-    threading.Thread(target=watch, name="pool-watchdog", daemon=True).start()
-
-
-def _worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple, raw: dict, go_semaphore,
-                 done_semaphore, error_conn, fault_path: str, parent_pid: int, pdeathsig: bool) -> None:
-    _die_with_parent(parent_pid, pdeathsig)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the learner's to handle; it closes us
-    fault_file = open(fault_path, "w")
-    faulthandler.enable(fault_file)  # a segfault leaves the env's stack here for the learner
-    faulthandler.register(signal.SIGUSR1, fault_file, all_threads=False)  # the learner's "you hung" dump
-    shared = _Shared(*spec_args, raw=raw)
-    go, done = shared.doorbells(index, go_semaphore, done_semaphore)
-    commands = 1  # the first "command" is building the envs
-    envs: list = []
-    try:
-        env_fn = cloudpickle.loads(payload)
-        envs = [env_fn() for _ in range(lo, hi)]
-    except BaseException:
-        shared.status[index] = _FAILED
-        error_conn.send(("building the env", traceback.format_exc()))
-    done.ring(commands)
-    if shared.status[index] == _FAILED:
-        return
-    stepper = EnvSlice(envs, lo, hi, shared)
-    while True:
-        commands += 1
-        while not go.wait(commands, timeout=1.0):
-            pass
-        command = int(shared.command[index])
-        try:
-            if command == _STEP:
-                stepper.step()
-            elif command == _RESET:
-                stepper.reset()
-            elif command == _RENDER:
-                error_conn.send(("frame", envs[int(shared.arg[index]) - lo].render()))
-            elif command == _CLOSE:
-                stepper.close()
-                shared.status[index] = _OK
-                done.ring(commands)
-                return
-            shared.status[index] = _OK
-        except BaseException:
-            shared.status[index] = _FAILED
-            what = {_STEP: "step", _RESET: "reset", _RENDER: "render"}.get(command, "a command")
-            error_conn.send((what, traceback.format_exc()))
-        done.ring(commands)
-
-
-class EnvSlice:
-    """Envs lo..hi-1 of a batch, stepped one after the other into the batch's arrays (`_Shared`):
-    the work of one pool worker, or of the whole batch in the trainer's process (`LocalEnvs`).
-    A finished env is reset at once, keeping the observation it ended on in `final_obs`."""
-
-    def __init__(self, envs: list, lo: int, hi: int, shared: "_Shared"):
-        self.envs, self.lo, self.hi, self.shared = envs, lo, hi, shared
-        count = hi - lo
-        # This slice's per-step results, filled env by env, then stored in one go.
-        self._reward, self._env_score = np.zeros(count), np.zeros(count)
-        self._has_score = np.zeros(count, dtype=bool)
-        self._running = np.zeros(count)  # the return of each episode in progress (its score without info["score"])
-
-    def step(self) -> None:
-        shared, lo, hi = self.shared, self.lo, self.hi
-        obs_out, final_out, actions = shared.obs, shared.final_obs, shared.actions
-        term_out, trunc_out = shared.terminated, shared.truncated
-        reward, env_score, has_score = self._reward, self._env_score, self._has_score
-        discrete = actions.ndim == 1
-        for j, (k, env) in enumerate(zip(range(lo, hi), self.envs)):
-            obs, reward[j], terminated, truncated, info = env.step(actions[k] if discrete else actions[k].copy())
-            term_out[k] = terminated
-            trunc_out[k] = truncated
-            score = info.get("score") if info else None
-            has_score[j] = score is not None
-            if score is not None:
-                env_score[j] = score
-            if terminated or truncated:
-                final_out[k] = obs
-                obs, _ = env.reset()
-                obs_out[k] = obs
-            else:
-                obs_out[k] = obs
-                final_out[k] = obs
-        ended = term_out[lo:hi] | trunc_out[lo:hi]
-        shared.done[lo:hi] = ended
-        shared.reward[lo:hi] = reward
-        shared.score[lo:hi] = episode_scores(self._running, reward, ended, env_score, has_score)
-
-    def reset(self) -> None:
-        """Start every env of the slice, env k seeded with `shared.seeds[k]` (-1: no seed)."""
-        shared = self.shared
-        for k, env in zip(range(self.lo, self.hi), self.envs):
-            seed = int(shared.seeds[k])
-            obs, _ = env.reset(seed=None if seed < 0 else seed)
-            shared.obs[k] = obs
-            shared.final_obs[k] = obs
-        self._running[:] = 0.0
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-
-class LocalEnvs:
-    """`WorkerPool`'s interface and arrays with no worker process: every env is stepped in this
-    process, in the pool's own loop (`EnvSlice`). Mode `sync`: no wake-ups, no processes, and
-    several times less overhead per step than Gymnasium's SyncVectorEnv plus conversions (the
-    rollout reads the results as views, as from the pool). An exception in the env's code is
-    raised here, as it is, with its own traceback."""
-
-    num_workers = 1
-    pids: list[int] = []
-
-    def __init__(self, env_fn: Callable, num_envs: int, obs_shape: tuple, action_shape: tuple,
-                 action_dtype: np.dtype):
-        self.num_envs = num_envs
-        self.shared = _Shared(num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), 1,
-                              raw={})
-        self._slice = EnvSlice([env_fn() for _ in range(num_envs)], 0, num_envs, self.shared)
-
-    def reset(self, seed: int | None = None) -> np.ndarray:
-        self.shared.seeds[:] = -1 if seed is None else np.arange(seed, seed + self.num_envs)
-        self._slice.reset()
-        return self.shared.obs
-
-    def step(self, actions: np.ndarray) -> None:
-        self.shared.actions[:] = actions
-        self._slice.step()
-
-    def render(self, index: int):
-        return self._slice.envs[index].render()
-
-    def close(self) -> None:
-        self._slice.close()
 
 
 def _pickled_env_fn(env_fn: Callable) -> bytes:
@@ -307,7 +94,7 @@ class WorkerPool:
         self.group_workers = [list(map(int, workers)) for workers in worker_groups]
         self.group_envs = [slice(self.slices[w[0]][0], self.slices[w[-1]][1]) for w in self.group_workers]
         spec_args = (num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), num_workers)
-        self.shared = _Shared(*spec_args)
+        self.shared = Shared(*spec_args)
         self._closed = False
         self._in_flight = [False] * groups
         self._processes: list = []
@@ -331,7 +118,7 @@ class WorkerPool:
             handle, fault_path = tempfile.mkstemp(prefix=f"rlstudio-pool-worker{index}-", suffix=".txt")
             os.close(handle)
             process = ctx.Process(
-                target=_worker_main, name=f"rlstudio-pool-worker-{index}", daemon=True,
+                target=worker_main, name=f"rlstudio-pool-worker-{index}", daemon=True,
                 args=(index, lo, hi, payload, spec_args, self.shared.raw, *semaphores[index],
                       send, fault_path, os.getpid(), pdeathsig),
             )
@@ -361,7 +148,7 @@ class WorkerPool:
                     self._fail(worker, what, self._death_message(process))
                 if time.monotonic() > deadline:
                     self._fail(worker, what, self._hang_message(process))
-            if self.shared.status[worker] == _FAILED:
+            if self.shared.status[worker] == FAILED:
                 failed_at, trace = self._errors[worker].recv()
                 self._fail(worker, failed_at, f"the env raised:\n{trace}")
 
@@ -369,7 +156,7 @@ class WorkerPool:
         """Start every env (env i seeded with seed + i); returns the (N, *obs) observations."""
         self._finish_in_flight()
         self.shared.seeds[:] = -1 if seed is None else np.arange(seed, seed + self.num_envs)
-        self._signal(range(self.num_workers), _RESET)
+        self._signal(range(self.num_workers), RESET)
         self._wait(range(self.num_workers), "reset")
         return self.shared.obs
 
@@ -377,7 +164,7 @@ class WorkerPool:
         """Step every env; the results are in `shared` (obs, final_obs, reward, ...)."""
         self._finish_in_flight()
         self.shared.actions[:] = actions
-        self._signal(range(self.num_workers), _STEP)
+        self._signal(range(self.num_workers), STEP)
         self._wait(range(self.num_workers), "step")
 
     def send(self, group: int, actions: np.ndarray) -> None:
@@ -385,7 +172,7 @@ class WorkerPool:
         if self._in_flight[group]:
             raise EnvError(f"group {group} of the pool is already stepping; recv({group}) first")
         self.shared.actions[self.group_envs[group]] = actions
-        self._signal(self.group_workers[group], _STEP)
+        self._signal(self.group_workers[group], STEP)
         self._in_flight[group] = True
 
     def recv(self, group: int) -> None:
@@ -404,7 +191,7 @@ class WorkerPool:
         self._finish_in_flight()
         worker = next(w for w, (lo, hi) in enumerate(self.slices) if lo <= index < hi)
         self.shared.arg[worker] = index
-        self._signal([worker], _RENDER)
+        self._signal([worker], RENDER)
         self._wait([worker], "render")
         _, frame = self._errors[worker].recv()
         return frame
@@ -452,7 +239,7 @@ class WorkerPool:
             return
         if not force and all(p.is_alive() for p in self._processes) and not any(self._in_flight):
             workers = range(self.num_workers)
-            self._signal(workers, _CLOSE)
+            self._signal(workers, CLOSE)
             for worker in workers:
                 self._done[worker].wait(self._commands[worker], timeout=5.0)
         self._closed = True

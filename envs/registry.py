@@ -13,7 +13,9 @@ import inspect
 
 import torch
 
-from envs.base import EnvConfigError, UnknownEnvError, VecEnv, did_you_mean
+from envs.base import VecEnv
+from envs.errors import EnvConfigError, UnknownEnvError
+from envs.names import did_you_mean
 
 GYM_PREFIX = "gym:"
 
@@ -59,8 +61,9 @@ def builtin_aliases() -> dict[str, str]:
 
 
 def _gymnasium_ids() -> list[str]:
-    import envs.gym_registration  # noqa: F401  (our own ids, FlappyBird-v0 and Snake-v0)
     import gymnasium
+
+    import envs.gym_registration  # noqa: F401  (our own ids, FlappyBird-v0 and Snake-v0)
 
     return list(gymnasium.registry.keys())
 

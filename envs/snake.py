@@ -1,4 +1,5 @@
-"""Batched grid Snake, plus its pygame renderer.
+"""Batched grid Snake: the rules, the step and the observations (the board's layout and lookup
+tables: envs/snake_board.py; the drawing: envs/snake_draw.py).
 
 The snake moves one cell per step. Eating the food grows it by one cell and a new food appears
 on a random free cell; running into a wall or into its own body ends the episode; filling the
@@ -35,20 +36,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.base import EnvConfigError, UniformNoise, VecEnv, finite_number, positive_int, size_pair
-from envs.rendering import font, import_pygame, surface_to_array
+from envs.base import VecEnv
+from envs.errors import EnvConfigError
+from envs.options import finite_number, positive_int, size_pair
+from envs.snake_board import FIELD_BITS, FOOD_TRIES, VECTOR_OBS_SIZE, SnakeBoard
+from envs.snake_draw import draw_snake
 
-UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
-ROW_STEP = (-1, 0, 1, 0)  # row change per heading
-COLUMN_STEP = (0, 1, 0, -1)  # column change per heading
 START_LENGTH = 3
-VECTOR_OBS_SIZE = 18
-FIELD_BITS = UniformNoise.FIELD_BITS  # random bits per uniform draw
-FOOD_TRIES = 4  # random cells tried per step for a new food
-WALL_ROWS = 2  # rows of wall above and below the playing field
+# From this many envs on, `_vector_obs` sums its two table rows per env with one embedding_bag
+# (below it, two index_selects and an add cost less: the bag's fixed cost is a few microseconds).
+OBS_BAG_MIN_ENVS = 1024
 
 
-class SnakeVecEnv(VecEnv):
+class SnakeVecEnv(SnakeBoard, VecEnv):
     """`num_envs` games of Snake stepped together on `device`.
 
     Keyword arguments (all optional):
@@ -120,134 +120,12 @@ class SnakeVecEnv(VecEnv):
         self._env_scratch = self._env_base + self._scratch_cell
         self._env_start = self._env_base + self._start_cell
         self._random_bits = torch.empty(num_envs, **long)
+        # Scratch, not state (so not tensor attributes, which checkpoints copy): the random fields
+        # of a step, and with many envs the offsets of `_vector_obs`'s pairs of table rows.
+        bag_offsets = torch.arange(0, 2 * num_envs, 2, device=dev) if num_envs >= OBS_BAG_MIN_ENVS else None
+        self._scratch = (torch.empty(FOOD_TRIES, num_envs, **long), bag_offsets)
         self._between_hooks: tuple[Tensor, ...] = ()  # what one hook of `step` hands the next
         self.reset()
-
-    def _build_tables(self) -> None:
-        """The padded board layout and the small lookup tables that replace arithmetic.
-
-        The board has 2 rows of wall above and below the playing field and 1 column left and
-        right (a step left of column 0 lands on the previous row's right wall), so a probe 2
-        cells ahead never leaves the tensor and walls need no bounds checks: a wall holds a
-        time no clock reaches. One more scratch cell takes the writes of crashed snakes.
-        """
-        dev = self.device
-        height, width, cells = self.height, self.width, self.num_cells
-        # A clock grows by at most cells + 2 per step (one step plus a new game); every
-        # `_rebase_period` steps (a Python counter: no sync) the board is rebased to clock 0.
-        # int16 halves the memory the probes read, as long as rebasing stays rare.
-        wall16 = torch.iinfo(torch.int16).max
-        period16 = (wall16 - 2 * cells - 16) // (cells + 2)
-        self._board_dtype = torch.int16 if period16 >= 64 else torch.int32
-        self._wall = wall16 if self._board_dtype == torch.int16 else torch.iinfo(torch.int32).max
-        self._rebase_period = (self._wall - 2 * cells - 16) // (cells + 2)
-        self.board_width = width + 2
-        self._board_size = (height + 2 * WALL_ROWS) * self.board_width + 1
-        self._scratch_cell = self._board_size - 1
-        rows, columns = np.divmod(np.arange(cells), width)
-        interior = (rows + WALL_ROWS) * self.board_width + columns + 1
-        self._interior_to_board = torch.as_tensor(interior, device=dev)
-        row_of = np.full(self._board_size, -1)
-        column_of = np.full(self._board_size, -1)
-        row_of[interior], column_of[interior] = rows, columns
-        self._row_of = torch.as_tensor(row_of, dtype=torch.float32, device=dev)
-        self._column_of = torch.as_tensor(column_of, dtype=torch.float32, device=dev)
-        empty = torch.full((self._board_size,), self._wall, dtype=self._board_dtype, device=dev)
-        empty[self._interior_to_board] = 0
-        self._empty_board = empty.unsqueeze(0)
-        self._start_interior = (height // 2) * width + width // 2
-        self._start_cell = int(interior[self._start_interior])
-
-        # Per (heading, action): the new heading and the move to the new head cell.
-        moves = [ROW_STEP[h] * self.board_width + COLUMN_STEP[h] for h in range(4)]
-        self._actions_per_heading = 3 if self.action_mode == "relative" else 4
-        new_headings = []
-        for h in range(4):
-            for action in range(self._actions_per_heading):
-                if self.action_mode == "relative":
-                    new_headings.append((h + (0, 3, 1)[action]) % 4)  # straight, left, right
-                else:
-                    new_headings.append(h if action == (h + 2) % 4 else action)  # reversing is ignored
-        self._new_heading = torch.tensor(new_headings, device=dev)
-        self._move_of = torch.tensor([moves[h] for h in new_headings], device=dev)
-        # Danger probes per heading: 1 cell straight / left / right, then 2 cells. Kept probe-major
-        # ((6, N) in the step): on a CPU, ops over a few long rows beat ops over many short ones.
-        probes = []
-        for h in range(4):
-            left, right = moves[(h + 3) % 4], moves[(h + 1) % 4]
-            probes.append([moves[h], left, right, 2 * moves[h], 2 * left, 2 * right])
-        self._probe_offsets = torch.tensor(probes, device=dev).t().contiguous()  # (6 probes, 4 headings)
-        # A probed cell is dangerous if it is still taken after moving that far.
-        self._probe_margin = torch.tensor([1, 1, 1, 2, 2, 2], dtype=self._board_dtype, device=dev).unsqueeze(1)
-        self._danger_bit = (1 << torch.arange(6, device=dev)).to(torch.uint8).unsqueeze(1)
-
-        # 15-bit random fields -> a food candidate cell / a start food, exactly as
-        # `int(uniform * n)` with uniform = field / 2**15 in float32.
-        uniform = torch.arange(1 << FIELD_BITS, device=dev).to(torch.float32).mul_(1.0 / (1 << FIELD_BITS))
-        candidate = (uniform * cells).to(torch.int64).clamp_(max=cells - 1)
-        self._candidate_of_field = self._interior_to_board.index_select(0, candidate)
-        start_food = (uniform * (cells - 1)).to(torch.int64).clamp_(max=cells - 2)
-        start_food = start_food + (start_food >= self._start_interior)  # every cell but the head's
-        self._start_food_of_field = self._interior_to_board.index_select(0, start_food)
-        self._field_shifts = (torch.arange(FOOD_TRIES, device=dev) * FIELD_BITS).unsqueeze(1)
-
-        # The vector observation from two table rows: (danger flags, heading) -> features 0-9
-        # and (food row - head row, food column - head column) -> features 10-15 (16 and 17,
-        # length and hunger, are divided out). A cell's code is row * (2W - 1) + column, so the
-        # difference of two codes names the pair of differences.
-        danger_part = ((torch.arange(64, device=dev).unsqueeze(1) >> torch.arange(6, device=dev)) & 1).to(torch.float32)
-        code_of = np.zeros(self._board_size, dtype=np.int64)
-        code_of[interior] = rows * (2 * width - 1) + columns
-        self._code_of = torch.as_tensor(code_of, device=dev)
-        self._delta_codes = (2 * height - 1) * (2 * width - 1)
-        self._zero_delta_code = (height - 1) * (2 * width - 1) + width - 1
-        row_delta = torch.arange(-(height - 1), height, device=dev, dtype=torch.float32).repeat_interleave(2 * width - 1)
-        column_delta = torch.arange(-(width - 1), width, device=dev, dtype=torch.float32).repeat(2 * height - 1)
-        food_part = torch.stack((row_delta < 0, column_delta > 0, row_delta > 0, column_delta < 0), dim=1).to(torch.float32)
-        food_part = torch.cat((food_part, torch.div(column_delta, width).unsqueeze(1), torch.div(row_delta, height).unsqueeze(1)), dim=1)
-        # (danger, heading) rows and food rows: 18 columns each, zero outside their features.
-        danger_heading = torch.zeros(64, 4, VECTOR_OBS_SIZE, device=dev)
-        danger_heading[:, :, 0:6] = danger_part.unsqueeze(1)
-        danger_heading[:, :, 6:10] = torch.eye(4, device=dev)
-        food_rows = torch.zeros(self._delta_codes, VECTOR_OBS_SIZE, device=dev)
-        food_rows[:, 10:16] = food_part
-        self._danger_heading_table = danger_heading.view(-1, VECTOR_OBS_SIZE)
-        self._food_table = food_rows
-
-    # Positions --------------------------------------------------------------------------------
-
-    def position(self, board_index: Tensor) -> tuple[Tensor, Tensor]:
-        """(row, column) on the playing field of board indices (-1, -1 for walls and 'none')."""
-        index = board_index.clamp(min=0)
-        missing = board_index < 0
-        return (
-            self._row_of.take(index).masked_fill_(missing, -1).to(torch.int64),
-            self._column_of.take(index).masked_fill_(missing, -1).to(torch.int64),
-        )
-
-    @property
-    def head_row(self) -> Tensor:
-        return self.position(self.head)[0]
-
-    @property
-    def head_column(self) -> Tensor:
-        return self.position(self.head)[1]
-
-    def board_index(self, row: int, column: int) -> int:
-        """The board index of a cell of the playing field."""
-        if not (0 <= row < self.height and 0 <= column < self.width):
-            raise EnvConfigError(f"cell ({row}, {column}) is outside the {self.height} x {self.width} board")
-        return (row + WALL_ROWS) * self.board_width + column + 1
-
-    def set_food(self, row: int, column: int, index: int | None = None) -> None:
-        """Put the food of env `index` (all envs if None) on a cell (for scripted scenes)."""
-        target = self.food if index is None else self.food[index : index + 1]
-        target.fill_(self.board_index(row, column))
-
-    def field_counts(self) -> Tensor:
-        """(N, H, W) body counts on the playing field (0 free, the length at the head)."""
-        counts = self.board[:, self._interior_to_board] - self.clock.unsqueeze(1)
-        return counts.clamp_(min=0).view(self.num_envs, self.height, self.width)
 
     # Game logic -------------------------------------------------------------------------------
 
@@ -255,7 +133,9 @@ class SnakeVecEnv(VecEnv):
         """(4, N) random 15-bit integers per env, from one 64-bit draw per env (the same
         stream as `UniformNoise.draw(4, per_env=True)`, whose uniforms are field / 2**15)."""
         self._random_bits.random_(generator=self.generator)
-        return (self._random_bits.unsqueeze(0) >> self._field_shifts).bitwise_and_((1 << FIELD_BITS) - 1)
+        fields = self._scratch[0]
+        torch.bitwise_right_shift(self._random_bits.unsqueeze(0), self._field_shifts, out=fields)
+        return fields.bitwise_and_((1 << FIELD_BITS) - 1)
 
     def _start_new_episodes(self, starting: Tensor, fields: Tensor) -> None:
         """Put the envs where `starting` is true at the start of a new game, in place.
@@ -372,10 +252,15 @@ class SnakeVecEnv(VecEnv):
         16-17 (length, hunger) divided out."""
         food_or_head = torch.where(self.food >= 0, self.food, self.head)  # no food: no direction
         delta = self._code_of.index_select(0, food_or_head).sub_(self._code_of.index_select(0, self.head))
-        delta += self._zero_delta_code
+        delta += self._food_row_of_zero_delta
+        danger_row = danger.mul(4).add_(self.heading)
         # The two rows fill different columns (zeros elsewhere), so their sum is exact.
-        obs = self._danger_heading_table.index_select(0, danger.mul(4).add_(self.heading))
-        obs.add_(self._food_table.index_select(0, delta))
+        bag_offsets = self._scratch[1]
+        if bag_offsets is None:
+            obs = self._obs_table.index_select(0, danger_row).add_(self._obs_table.index_select(0, delta))
+        else:  # both rows summed in one op, with no (N, 18) tensor in between: several times faster
+            rows = torch.stack((danger_row, delta), dim=1).view(-1)
+            obs = torch.embedding_bag(self._obs_table, rows, bag_offsets, False, 0)[0]  # mode 0: sum
         torch.div(self.length, self.num_cells, out=obs[:, 16])
         torch.div(self.steps_without_food, self.max_steps_without_food, out=obs[:, 17])
         return obs
@@ -411,66 +296,3 @@ class SnakeVecEnv(VecEnv):
         food_row, food_column = self.position(self.food[index : index + 1])
         food_cell = None if int(food_row) < 0 else (int(food_row), int(food_column))
         return draw_snake(body, food_cell, int(self.heading[index]), int(self.score[index]), self.height, self.width)
-
-
-GRASS_LIGHT = (170, 215, 81)
-GRASS_DARK = (162, 209, 73)
-BAR = (74, 117, 44)
-SNAKE_BLUE = (78, 124, 246)
-SNAKE_HEAD = (52, 90, 210)
-APPLE_RED = (231, 71, 29)
-
-
-def snake_cell_size(height: int, width: int) -> int:
-    return max(8, min(32, 480 // max(height, width)))
-
-
-def draw_snake(body, food_cell, heading: int, score: int, height: int, width: int) -> np.ndarray:
-    """Draw one Snake frame from a body (head first), a food cell and a heading."""
-    pygame = import_pygame()
-    cell = snake_cell_size(height, width)
-    bar = max(32, cell + 12)
-    surface = pygame.Surface((width * cell, height * cell + bar))
-    surface.fill(BAR)
-    for row in range(height):
-        for column in range(width):
-            colour = GRASS_LIGHT if (row + column) % 2 == 0 else GRASS_DARK
-            pygame.draw.rect(surface, colour, (column * cell, bar + row * cell, cell, cell))
-
-    def centre(row: int, column: int) -> tuple[int, int]:
-        return column * cell + cell // 2, bar + row * cell + cell // 2
-
-    if food_cell is not None:
-        x, y = centre(*food_cell)
-        radius = max(3, cell * 2 // 5)
-        pygame.draw.circle(surface, APPLE_RED, (x, y + 1), radius)
-        pygame.draw.circle(surface, (255, 140, 110), (x - radius // 3, y - radius // 3), max(1, radius // 4))
-        pygame.draw.line(surface, (110, 70, 30), (x, y - radius + 1), (x + 2, y - radius - 3), 2)
-        pygame.draw.ellipse(surface, (60, 160, 40), (x + 2, y - radius - 4, max(4, cell // 4), max(3, cell // 7)))
-
-    thickness = max(4, cell * 3 // 4)
-    for segment, (row, column) in enumerate(body):
-        colour = SNAKE_HEAD if segment == 0 else SNAKE_BLUE
-        x, y = centre(row, column)
-        pygame.draw.rect(surface, colour, (x - thickness // 2, y - thickness // 2, thickness, thickness), border_radius=thickness // 3)
-        if segment + 1 < len(body):  # fill the gap to the next segment
-            next_x, next_y = centre(*body[segment + 1])
-            left, top = min(x, next_x) - thickness // 2, min(y, next_y) - thickness // 2
-            pygame.draw.rect(surface, SNAKE_BLUE, (left, top, abs(next_x - x) + thickness, abs(next_y - y) + thickness))
-    if body:
-        x, y = centre(*body[0])
-        pygame.draw.rect(surface, SNAKE_HEAD, (x - thickness // 2, y - thickness // 2, thickness, thickness), border_radius=thickness // 3)
-        forward = (COLUMN_STEP[heading], ROW_STEP[heading])
-        side = (-forward[1], forward[0])
-        eye_radius = max(2, cell // 8)
-        for sign in (-1, 1):
-            eye_x = x + forward[0] * cell // 6 + sign * side[0] * cell // 5
-            eye_y = y + forward[1] * cell // 6 + sign * side[1] * cell // 5
-            pygame.draw.circle(surface, (255, 255, 255), (eye_x, eye_y), eye_radius + 1)
-            pygame.draw.circle(surface, (20, 20, 40), (eye_x + forward[0], eye_y + forward[1]), max(1, eye_radius - 1))
-
-    text = font(max(20, bar - 6)).render(f"Score {score}", True, (255, 255, 255))
-    apple_x = 10 + max(4, bar // 3)
-    pygame.draw.circle(surface, APPLE_RED, (apple_x, bar // 2), max(4, bar // 3))
-    surface.blit(text, (apple_x + bar // 2 + 6, bar // 2 - text.get_height() // 2))
-    return surface_to_array(surface)

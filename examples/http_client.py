@@ -8,6 +8,7 @@ It plays Gymnasium's CartPole-v1 with the served model. Any language does the sa
 
     POST /v1/act   {"obs": [0.01, -0.02, 0.03, 0.04], "deterministic": true}   ->   {"actions": [1]}
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,10 @@ def main() -> int:
     args = parser.parse_args()
 
     info = call(args.url, "/v1/model", api_key=args.api_key)
-    print(f"serving {info['env_name']} ({info['model_type']}), trained {info['global_step']} steps, "
-          f"observations {info['observation_space']['shape']}, actions {info['action_space']}")
+    print(
+        f"serving {info['env_name']} ({info['model_type']}), trained {info['global_step']} steps, "
+        f"observations {info['observation_space']['shape']}, actions {info['action_space']}"
+    )
 
     import gymnasium
 

@@ -8,6 +8,7 @@ with raw observations, exactly what the game observes (normalisation is inside t
 The game here is RL Studio's Flappy Bird (its Gymnasium env, `FlappyBird-v0`); in your own
 game you build the same 8 numbers from your game state and call the session the same way.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,10 @@ def main() -> int:
     metadata = session.get_modelmeta().custom_metadata_map
     if metadata.get("env_name") not in (None, "flappy_bird", "FlappyBird-v0"):
         print(f"warning: this model was trained on {metadata['env_name']!r}, not Flappy Bird", file=sys.stderr)
-    print(f"model: {args.model}, obs shape {json.loads(metadata.get('obs_shape', '[8]'))}, "
-          f"trained for {metadata.get('global_step', '?')} steps")
+    print(
+        f"model: {args.model}, obs shape {json.loads(metadata.get('obs_shape', '[8]'))}, "
+        f"trained for {metadata.get('global_step', '?')} steps"
+    )
 
     import gymnasium
 

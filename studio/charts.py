@@ -20,28 +20,25 @@ import copy
 import datetime as dt
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from studio.score import GameScore, game_name, game_score
+from studio.series import SMOOTHING_WEIGHT, downsample, is_number, metric_series, smooth
 from trainer.config.metrics import chart_metrics
 
-MAX_POINTS_PER_CURVE = 1500     # per trace of the main chart
-MAX_POINTS_DIAGNOSTIC = 400      # per trace of the small charts (a few hundred pixels wide)
-SMOOTHING_WEIGHT = 0.8
+MAX_POINTS_DIAGNOSTIC = 400  # per trace of the small charts (a few hundred pixels wide)
 MAX_SMOOTHING = 0.99
 # What the main chart can show ("score", "return", "length"): menu word -> (metrics field, title),
 # from the metric registry (trainer/config/metrics.py). The score's field depends on the game.
-MAIN_CHART: dict[str, tuple[str, str]] = {chart.option: (name, chart.label)
-                                          for name, chart in chart_metrics("main") if chart.option}
+MAIN_CHART: dict[str, tuple[str, str]] = {
+    chart.option: (name, chart.label) for name, chart in chart_metrics("main") if chart.option
+}
 CHART_METRICS = tuple(MAIN_CHART)
 CHART_X_AXES = ("steps", "time")  # time: training seconds (`elapsed`, continuous over resumes)
-PALETTE = (
-    "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c",
-    "#0891b2", "#ca8a04", "#db2777", "#4b5563", "#65a30d",
-)
+PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777", "#4b5563", "#65a30d")
 # (metrics key, subplot title) of the small charts under the main chart, from the metric registry.
 # The episode length is one of them too: the one episode measure every env has.
 DIAGNOSTICS = tuple((name, chart.label) for name, chart in chart_metrics("diagnostics"))
@@ -71,18 +68,21 @@ class ChartOptions:
     x: str = "steps"
 
     @classmethod
-    def from_controls(cls, metric: object = None, smoothing: object = None, log: object = None,
-                      x: object = None) -> "ChartOptions":
+    def from_controls(
+        cls, metric: object = None, smoothing: object = None, log: object = None, x: object = None
+    ) -> ChartOptions:
         """From the page's controls; a missing or odd value (an old tab, an API call) is the default."""
         default = cls()
         try:
             weight = min(MAX_SMOOTHING, max(0.0, float(smoothing)))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             weight = default.smoothing
-        return cls(metric=metric if metric in CHART_METRICS else default.metric,
-                   smoothing=weight if math.isfinite(weight) else default.smoothing,
-                   log=bool(log) if log is not None else default.log,
-                   x=x if x in CHART_X_AXES else default.x)
+        return cls(
+            metric=metric if metric in CHART_METRICS else default.metric,
+            smoothing=weight if math.isfinite(weight) else default.smoothing,
+            log=bool(log) if log is not None else default.log,
+            x=x if x in CHART_X_AXES else default.x,
+        )
 
     def kwargs(self) -> dict:
         return {"metric": self.metric, "smoothing": self.smoothing, "log": self.log, "x": self.x}
@@ -102,60 +102,17 @@ class UsageSample:
 # ----------------------------------------------------------------------------- data
 
 
-def smooth(values: Sequence[float], weight: float = SMOOTHING_WEIGHT) -> np.ndarray:
-    """Exponential moving average with TensorBoard's bias correction (no lag at the start);
-    weight 0 returns the values, 0.99 is very smooth."""
-    smoothed = np.empty(len(values), dtype=np.float64)
-    average, correction = 0.0, 0.0
-    for index, value in enumerate(values):
-        average = weight * average + (1.0 - weight) * float(value)
-        correction = weight * correction + (1.0 - weight)
-        smoothed[index] = average / correction
-    return smoothed
-
-
-def metric_series(metrics: Sequence[dict], key: str, x_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
-    """x (`x_key`: step or elapsed) and values of `key` over the events where both are finite numbers."""
-    xs, values = _column(metrics, x_key), _column(metrics, key)
-    finite = np.isfinite(xs) & np.isfinite(values)
-    return xs[finite], values[finite]
-
-
-def downsample(
-    steps: np.ndarray, values: np.ndarray, max_points: int = MAX_POINTS_PER_CURVE
-) -> tuple[np.ndarray, np.ndarray]:
-    """At most `max_points` points that look like all of them: the first and the last, and in each
-    of (max_points - 2) / 2 equal runs of points between them the lowest and the highest, in
-    order (a min/max envelope). A spike or a collapse is never thinned away, as it would be by
-    taking every n-th point. Values must be finite (metric_series gives such)."""
-    count = len(steps)
-    if count <= max_points:
-        return steps, values
-    buckets = max(1, (max_points - 2) // 2)
-    inner = np.arange(1, count - 1)
-    bucket = inner * buckets // (count - 1)  # equal runs of consecutive points, 0 .. buckets - 1
-    order = np.lexsort((values[inner], bucket))  # by bucket, then by value
-    ordered = bucket[order]
-    first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # each bucket's lowest ...
-    last = np.r_[first[1:] - 1, len(order) - 1]  # ... and highest
-    keep = np.unique(np.concatenate(([0, count - 1], inner[order[first]], inner[order[last]])))
-    return steps[keep], values[keep]
-
-
-def _column(metrics: Sequence[dict], key: str) -> np.ndarray:
-    """`key` of every event as float64; NaN where it is missing, null or not a number."""
-    column = [event.get(key) for event in metrics]
-    try:
-        return np.array(column, dtype=np.float64)  # None -> NaN
-    except (TypeError, ValueError):  # a string in a hand-edited metrics.jsonl
-        return np.array([value if _is_number(value) else np.nan for value in column], dtype=np.float64)
-
-
 # ----------------------------------------------------------------------------- figures
 
 
-def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothing: float = SMOOTHING_WEIGHT,
-                  log: bool = False, x: str = "steps", height: int = 340) -> dict:
+def reward_figure(
+    sources: Sequence[CurveSource],
+    metric: str = "score",
+    smoothing: float = SMOOTHING_WEIGHT,
+    log: bool = False,
+    x: str = "steps",
+    height: int = 340,
+) -> dict:
     """The main chart: each run's `metric` ("score": the game score in its unit, "return",
     "length") against steps or training time ("steps" / "time"), raw (faint) and EMA-smoothed
     with weight `smoothing` (bold; 0 draws the raw curve alone), on a log y-axis if `log`.
@@ -196,10 +153,30 @@ def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothi
             smoothed = smooth(values, smoothing)
             panel_values.append(smoothed)
             smooth_x, shown_smoothed = downsample(xs, smoothed)
-            data.append(_line(shown_x, shown_values, f"{name} (raw)", color, width=1, opacity=0.35,
-                              legendgroup=name, showlegend=not overlay, **axes))
-            data.append(_line(smooth_x, shown_smoothed, name if overlay else "smoothed", color, width=2.5,
-                              legendgroup=name, **axes))
+            data.append(
+                _line(
+                    shown_x,
+                    shown_values,
+                    f"{name} (raw)",
+                    color,
+                    width=1,
+                    opacity=0.35,
+                    legendgroup=name,
+                    showlegend=not overlay,
+                    **axes,
+                )
+            )
+            data.append(
+                _line(
+                    smooth_x,
+                    shown_smoothed,
+                    name if overlay else "smoothed",
+                    color,
+                    width=2.5,
+                    legendgroup=name,
+                    **axes,
+                )
+            )
         panels.append((game, score, np.concatenate(panel_values) if panel_values else np.empty(0)))
 
     if len(panels) == 1:
@@ -229,8 +206,15 @@ def reward_figure(sources: Sequence[CurveSource], metric: str = "score", smoothi
         layout[f"xaxis{suffix}"] = x_axis
         layout[f"yaxis{suffix}"] = y_axis
         if len(panels) > 1:
-            layout["annotations"].append(_note(f"<b>{game}</b>: {_metric_title(metric, score).lower()}{linear_note}",
-                                               x=0.0, y=top, xanchor="left", yanchor="bottom"))
+            layout["annotations"].append(
+                _note(
+                    f"<b>{game}</b>: {_metric_title(metric, score).lower()}{linear_note}",
+                    x=0.0,
+                    y=top,
+                    xanchor="left",
+                    yanchor="bottom",
+                )
+            )
         elif linear_note:
             layout["title"]["text"] += f'<span style="font-size:12px;color:#6b7280">{linear_note}</span>'
     if len(panels) > 1:
@@ -249,8 +233,19 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
             xs, values = metric_series(source.metrics, key, x_key)
             xs, values = downsample(xs / x_scale, values, MAX_POINTS_DIAGNOSTIC)
             suffix = "" if position == 0 else str(position + 1)
-            data.append(_line(xs, values, source.label, color, width=1.8, legendgroup=source.label,
-                              showlegend=overlay and position == 0, xaxis=f"x{suffix}", yaxis=f"y{suffix}"))
+            data.append(
+                _line(
+                    xs,
+                    values,
+                    source.label,
+                    color,
+                    width=1.8,
+                    legendgroup=source.label,
+                    showlegend=overlay and position == 0,
+                    xaxis=f"x{suffix}",
+                    yaxis=f"y{suffix}",
+                )
+            )
     layout = _base_layout(height, margin={"l": 45, "r": 15, "t": 60 if overlay else 40, "b": 35})
     if not any(trace["x"] for trace in data):
         _show_waiting(layout, WAITING_TEXT)
@@ -280,8 +275,17 @@ def system_figure(samples: Sequence[UsageSample], height: int = 260) -> dict:
     for name, attribute, color in series:
         values = [getattr(sample, attribute) if sample is not None else None for _, sample in rows]
         if any(value is not None for value in values):
-            data.append({"type": "scatter", "mode": "lines", "name": name, "x": times, "y": values,
-                         "connectgaps": False, "line": {"color": color, "width": 2}})
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": name,
+                    "x": times,
+                    "y": values,
+                    "connectgaps": False,
+                    "line": {"color": color, "width": 2},
+                }
+            )
     layout = _base_layout(height, title="Machine")
     if not samples:
         _show_waiting(layout, "Sampling the machine's load…")
@@ -295,8 +299,15 @@ def system_figure(samples: Sequence[UsageSample], height: int = 260) -> dict:
 
 
 def _line(x: np.ndarray, y: np.ndarray, name: str, color: str, width: float, **extra) -> dict:
-    return {"type": "scatter", "mode": "lines", "name": name, "x": x.tolist(), "y": y.tolist(),
-            "line": {"color": color, "width": width}, **extra}
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "name": name,
+        "x": x.tolist(),
+        "y": y.tolist(),
+        "line": {"color": color, "width": width},
+        **extra,
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -312,8 +323,13 @@ def _diagnostics_grid() -> dict:
     from plotly.subplots import make_subplots
 
     rows = math.ceil(len(DIAGNOSTICS) / DIAGNOSTIC_COLUMNS)
-    grid = make_subplots(rows=rows, cols=DIAGNOSTIC_COLUMNS, subplot_titles=[t for _, t in DIAGNOSTICS],
-                         horizontal_spacing=0.07, vertical_spacing=0.2).to_dict()["layout"]
+    grid = make_subplots(
+        rows=rows,
+        cols=DIAGNOSTIC_COLUMNS,
+        subplot_titles=[t for _, t in DIAGNOSTICS],
+        horizontal_spacing=0.07,
+        vertical_spacing=0.2,
+    ).to_dict()["layout"]
     grid.pop("template", None)
     for annotation in grid.get("annotations", []):
         annotation["font"] = {"size": 13}
@@ -348,16 +364,31 @@ def _show_waiting(layout: dict, text: str) -> None:
 
 
 def _note(text: str, x: float, y: float, size: int = 12, **position) -> dict:
-    return {"text": text, "xref": "paper", "yref": "paper", "x": x, "y": y, "showarrow": False,
-            "font": {"size": size, "color": "#6b7280"}, **position}
+    return {
+        "text": text,
+        "xref": "paper",
+        "yref": "paper",
+        "x": x,
+        "y": y,
+        "showarrow": False,
+        "font": {"size": size, "color": "#6b7280"},
+        **position,
+    }
 
 
 def _x_axis(sources: Sequence[CurveSource], x: str) -> tuple[str, float, str]:
     """(metrics key, divisor, axis title) of the x-axis: steps, or training time in s, min or h."""
     if x == "steps":
         return "step", 1.0, "steps"
-    longest = max((float(event["elapsed"]) for source in sources for event in source.metrics[-1:]
-                   if _is_number(event.get("elapsed"))), default=0.0)
+    longest = max(
+        (
+            float(event["elapsed"])
+            for source in sources
+            for event in source.metrics[-1:]
+            if is_number(event.get("elapsed"))
+        ),
+        default=0.0,
+    )
     if longest >= 2 * 3600:
         return "elapsed", 3600.0, "training time (h)"
     if longest >= 2 * 60:
@@ -375,7 +406,7 @@ def _metric_word(metric: str, score: GameScore) -> str:
 
 
 def _metric_title(metric: str, score: GameScore | None) -> str:
-    """"Game score (pipes)", "Episode return", "Episode length"; "Game score" for no game in particular."""
+    """ "Game score (pipes)", "Episode return", "Episode length"; "Game score" for no game in particular."""
     if metric == "score" and score is not None:
         return score.title
     return MAIN_CHART[metric][1]
@@ -399,7 +430,3 @@ def _with_gaps(samples: list[UsageSample]) -> list[tuple[float, UsageSample | No
             rows.append(((before.time + after.time) / 2, None))
         rows.append((after.time, after))
     return rows
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

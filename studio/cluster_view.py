@@ -22,7 +22,13 @@ def _since(started: object, now: float) -> str:
     if not isinstance(started, (int, float)):
         return "?"
     seconds = max(0.0, now - float(started))
-    ago = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    ago = (
+        f"{seconds:.0f} s"
+        if seconds < 120
+        else f"{seconds / 60:.0f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
     return f"{time.strftime('%H:%M:%S', time.localtime(float(started)))} ({ago} ago)"
 
 
@@ -33,8 +39,13 @@ def _number(value: object) -> str:
 def _row_html(row: dict, now: float) -> str:
     host = str(row.get("host", "?")) + (f" ({row['hostname']})" if row.get("hostname") else "")
     state = "lost" if row.get("lost") else "connected"
-    cells = (host, row.get("ranks", "?"), _number(row.get("steps_per_second")),
-             _since(row.get("connected_since"), now), state)
+    cells = (
+        host,
+        row.get("ranks", "?"),
+        _number(row.get("steps_per_second")),
+        _since(row.get("connected_since"), now),
+        state,
+    )
     return f"<tr class='{state}'>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
 
 
@@ -53,22 +64,30 @@ def nodes_html(nodes: dict | None, join_command: str | None = None, now: float |
         state = f"waiting for workers: {len(live)} of {escape(low)} node(s) needed"
     else:
         state = "training"
-    head = (f"<div class='cluster-head'><b>World size {escape(nodes.get('world_size', 0))}</b> "
-            f"· {len(live)} node(s) of {escape(low)}..{escape(high)} · master "
-            f"<code>{escape(nodes.get('master', '?'))}</code> · {escape(state)}</div>")
+    head = (
+        f"<div class='cluster-head'><b>World size {escape(nodes.get('world_size', 0))}</b> "
+        f"· {len(live)} node(s) of {escape(low)}..{escape(high)} · master "
+        f"<code>{escape(nodes.get('master', '?'))}</code> · {escape(state)}</div>"
+    )
     body = "".join(_row_html(row, now) for row in rows)
-    table = ("<table class='cluster-nodes'><thead><tr><th>host</th><th>ranks</th><th>steps/s</th>"
-             f"<th>connected since</th><th>state</th></tr></thead><tbody>{body}</tbody></table>")
+    table = (
+        "<table class='cluster-nodes'><thead><tr><th>host</th><th>ranks</th><th>steps/s</th>"
+        f"<th>connected since</th><th>state</th></tr></thead><tbody>{body}</tbody></table>"
+    )
     lines = [str(line) for line in (nodes.get("log") or [])][-RECENT_LINES:]
-    recent = (f"<pre class='cluster-log'>{escape(chr(10).join(lines))}</pre>" if lines else "")
+    recent = f"<pre class='cluster-log'>{escape(chr(10).join(lines))}</pre>" if lines else ""
     join = ""
     if join_command and not nodes.get("finished"):
-        join = (f"<div class='cluster-join'>Start a worker on another machine (the token is shown only on "
-                f"this page):<br><code>{escape(join_command)}</code></div>")
+        join = (
+            f"<div class='cluster-join'>Start a worker on another machine (the token is shown only on "
+            f"this page):<br><code>{escape(join_command)}</code></div>"
+        )
     elif high not in (1, None) and not nodes.get("finished"):
-        join = ("<div class='cluster-join'>This run accepts workers: <code>python -m trainer worker --master "
-                f"{escape(nodes.get('master', '?'))} --token TOKEN</code> (the token was shown to the page or "
-                "terminal that started the run)</div>")
+        join = (
+            "<div class='cluster-join'>This run accepts workers: <code>python -m trainer worker --master "
+            f"{escape(nodes.get('master', '?'))} --token TOKEN</code> (the token was shown to the page or "
+            "terminal that started the run)</div>"
+        )
     return f"<div class='cluster-panel'>{head}{table}{join}{recent}</div>"
 
 

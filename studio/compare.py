@@ -51,7 +51,7 @@ def _shown(value: Any) -> str:
     if value is _ABSENT:
         return ABSENT
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= MAX_DIFF_VALUE_CHARS else text[:MAX_DIFF_VALUE_CHARS - 1] + "…"
+    return text if len(text) <= MAX_DIFF_VALUE_CHARS else text[: MAX_DIFF_VALUE_CHARS - 1] + "…"
 
 
 def compare_note(runs: Sequence[RunSnapshot], diff_rows: int) -> str:
@@ -62,8 +62,10 @@ def compare_note(runs: Sequence[RunSnapshot], diff_rows: int) -> str:
     games = sorted({run.env_name for run in runs}, key=str.casefold)
     parts = []
     if len(games) > 1:
-        parts.append(f"**Warning: these runs play different games ({', '.join(games)}).** Their returns are "
-                     "on different scales and do not compare; each game's curves get their own axes.")
+        parts.append(
+            f"**Warning: these runs play different games ({', '.join(games)}).** Their returns are "
+            "on different scales and do not compare; each game's curves get their own axes."
+        )
     if diff_rows:
         parts.append(f"{diff_rows} setting(s) differ between the {len(runs)} compared runs:")
     else:

@@ -3,17 +3,17 @@
 Loading goes through `trainer.load_model` (weights only: a crafted file cannot run code). The
 model's own config names its environment; an entry-point env or wrapper in it (a module the
 server would import) is refused unless the studio runs with --allow-custom-envs
-(trainer.config.keys.require_code_permission, the rule the Train form and Resume use too).
+(trainer.config.permissions.require_code_permission, the rule the Train form and Resume use too).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from trainer.config.keys import CodePermissionError, require_code_permission
+from trainer.config.permissions import CodePermissionError, require_code_permission
 
 MAX_EPISODES = 1000
 
@@ -34,7 +34,7 @@ class EvaluationSummary:
     score_std: float
     cut_episodes: int
     gif_path: str | None
-    gif_caption: str | None = None   # what the GIF shows of the first episode (trainer/run/events.py clip_caption)
+    gif_caption: str | None = None  # what the GIF shows of the first episode (trainer/run/events.py clip_caption)
 
     def markdown(self) -> str:
         from studio.score import format_number, game_score
@@ -84,9 +84,14 @@ def parse_episodes(value: object) -> int:
     return int(number)
 
 
-def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: bool = True,
-                        allow_custom_envs: bool = False, gif_path: str | Path | None = None,
-                        gif_max_frames: int = 400) -> EvaluationSummary:
+def evaluate_checkpoint(
+    path: str | Path,
+    episodes: object = 10,
+    deterministic: bool = True,
+    allow_custom_envs: bool = False,
+    gif_path: str | Path | None = None,
+    gif_max_frames: int = 400,
+) -> EvaluationSummary:
     """Play the model in `path` for `episodes` episodes; a GIF of the first one goes to `gif_path`."""
     import torch
 
@@ -109,16 +114,29 @@ def evaluate_checkpoint(path: str | Path, episodes: object = 10, deterministic: 
     except CodePermissionError as error:
         raise EvaluationError(f"This model's environment cannot be loaded here: {error}") from None
     try:
-        result = evaluate(model, episodes=episode_count, deterministic=deterministic, gif_path=gif_path,
-                          gif_max_frames=gif_max_frames, max_episode_steps=20_000,
-                          allow_custom_code=allow_custom_envs)
+        result = evaluate(
+            model,
+            episodes=episode_count,
+            deterministic=deterministic,
+            gif_path=gif_path,
+            gif_max_frames=gif_max_frames,
+            max_episode_steps=20_000,
+            allow_custom_code=allow_custom_envs,
+        )
     except EnvMismatchError as error:  # its message names both shapes and what to do
         raise EvaluationError(f"Could not evaluate {Path(path).name}: {error}") from None
     except Exception as error:  # noqa: BLE001 - env construction or playing failed: say so, do not crash
         raise EvaluationError(f"Playing {Path(path).name} failed: {type(error).__name__}: {error}") from None
     return EvaluationSummary(
-        env_name=str(config["env_name"]), model_step=model.global_step, episodes=result.episodes,
-        deterministic=deterministic, return_mean=result.return_mean, return_std=result.return_std,
-        score_mean=result.score_mean, score_std=result.score_std, cut_episodes=result.cut_episodes,
-        gif_path=str(result.gif_path) if result.gif_path else None, gif_caption=result.gif_caption,
+        env_name=str(config["env_name"]),
+        model_step=model.global_step,
+        episodes=result.episodes,
+        deterministic=deterministic,
+        return_mean=result.return_mean,
+        return_std=result.return_std,
+        score_mean=result.score_mean,
+        score_std=result.score_std,
+        cut_episodes=result.cut_episodes,
+        gif_path=str(result.gif_path) if result.gif_path else None,
+        gif_caption=result.gif_caption,
     )

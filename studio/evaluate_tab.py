@@ -36,12 +36,20 @@ class EvaluateTab(Handlers):
         run_dir = Path(run.run_dir)
         checkpoints = list_checkpoints(checkpoint_folder(run_dir, run.config))  # honours checkpoint.path
         candidates = sorted(run_dir.glob("*.pth")) + [path for _, path in reversed(checkpoints)]
-        names = [str(path.relative_to(run_dir)) for path in candidates
-                 if path.is_relative_to(run_dir) and self._file(path)]
+        names = [
+            str(path.relative_to(run_dir)) for path in candidates if path.is_relative_to(run_dir) and self._file(path)
+        ]
         return gr.Dropdown(choices=names, value=names[0] if names else None)
 
-    def on_evaluate(self, source: str, run_id: str | None, file_name: str | None, upload: str | None,
-                    episodes: float | None, deterministic: bool):
+    def on_evaluate(
+        self,
+        source: str,
+        run_id: str | None,
+        file_name: str | None,
+        upload: str | None,
+        episodes: float | None,
+        deterministic: bool,
+    ):
         """Play `episodes` episodes with the picked or uploaded model: the scores and a GIF."""
         from studio.evaluate import EvaluationError, evaluate_checkpoint
 
@@ -52,9 +60,13 @@ class EvaluateTab(Handlers):
                 path = upload
             else:
                 path = self._run_model_path(run_id, file_name)
-            result = evaluate_checkpoint(path, episodes=episodes, deterministic=bool(deterministic),
-                                         allow_custom_envs=self.allow_custom_envs,
-                                         gif_path=self.scratch.file("evaluations", f"eval-{time.time_ns()}.gif"))
+            result = evaluate_checkpoint(
+                path,
+                episodes=episodes,
+                deterministic=bool(deterministic),
+                allow_custom_envs=self.allow_custom_envs,
+                gif_path=self.scratch.file("evaluations", f"eval-{time.time_ns()}.gif"),
+            )
         except (EvaluationError, *USER_ERRORS) as error:
             text = hide_server_paths(str(error), upload)
             gr.Warning(text.splitlines()[0])
@@ -98,19 +110,32 @@ def build_evaluate_tab() -> EvaluatePanel:
     with gr.Tab("Evaluate", id="evaluate") as tab:
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=330):
-                source = gr.Radio([("A run's model", "run"), ("Upload a .pth", "upload")],
-                                  value="run", label="Model", elem_id="eval-source")
+                source = gr.Radio(
+                    [("A run's model", "run"), ("Upload a .pth", "upload")],
+                    value="run",
+                    label="Model",
+                    elem_id="eval-source",
+                )
                 run = gr.Dropdown([], label="Run", elem_id="eval-run")
                 file = gr.Dropdown([], label="Model file", elem_id="eval-file")
-                upload = gr.File(label="Upload a .pth (loaded weights-only: nothing in it runs)",
-                                 file_types=[".pth", ".pt"], elem_id="eval-upload")
+                upload = gr.File(
+                    label="Upload a .pth (loaded weights-only: nothing in it runs)",
+                    file_types=[".pth", ".pt"],
+                    elem_id="eval-upload",
+                )
                 episodes = gr.Number(10, label="episodes", precision=0, elem_id="eval-episodes")
                 deterministic = gr.Checkbox(True, label="deterministic (always the most likely action)")
                 button = gr.Button("Evaluate", variant="primary", elem_id="evaluate")
             with gr.Column(scale=2):
                 message = gr.Markdown(elem_id="eval-message")
-                gif = gr.Image(label="The agent playing", show_label=False, type="filepath",
-                               interactive=False, height=380, elem_id="eval-gif")
+                gif = gr.Image(
+                    label="The agent playing",
+                    show_label=False,
+                    type="filepath",
+                    interactive=False,
+                    height=380,
+                    elem_id="eval-gif",
+                )
     return EvaluatePanel(tab, source, run, file, upload, episodes, deterministic, button, message, gif)
 
 
@@ -118,9 +143,14 @@ def wire_evaluate_tab(handlers: EvaluateTab, panel: EvaluatePanel, runs: RunsEve
     """The Evaluate tab's events; opening it stops the Runs tab's timer and reads the runs again."""
     p = panel
     p.tab.select(**runs.hide, **PRIVATE).then(**runs.refresh, **PRIVATE).then(
-        handlers.on_evaluate_tab, p.run, p.run, **PRIVATE)  # a run and its final model picked
+        handlers.on_evaluate_tab, p.run, p.run, **PRIVATE
+    )  # a run and its final model picked
     p.run.change(handlers.model_files, p.run, p.file, **PRIVATE)
     p.run.input(lambda: "run", None, p.source, **PRIVATE)
     p.upload.upload(lambda: "upload", None, p.source, **PRIVATE)
-    p.button.click(handlers.on_evaluate, [p.source, p.run, p.file, p.upload, p.episodes, p.deterministic],
-                   [p.message, p.gif], **PRIVATE)
+    p.button.click(
+        handlers.on_evaluate,
+        [p.source, p.run, p.file, p.upload, p.episodes, p.deterministic],
+        [p.message, p.gif],
+        **PRIVATE,
+    )

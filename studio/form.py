@@ -11,25 +11,19 @@ Nothing here imports gradio: `studio.ui` turns each FormField into a component.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
-from trainer.config.keys import (
-    BASIC,
-    STUDIO_GROUPS,
-    CodePermissionError,
-    ConfigError,
-    DeclaredKey,
-    TrainConfig,
-    config_from_dict,
-    declared_keys,
-    require_code_permission,
-    to_yaml,
-)
+from trainer.config.checks import ConfigError
 from trainer.config.defaults import shipped_config
+from trainer.config.keys import BASIC, STUDIO_GROUPS, DeclaredKey, TrainConfig, declared_keys
+from trainer.config.loading import to_yaml
+from trainer.config.permissions import CodePermissionError, require_code_permission
 from trainer.config.safe_yaml import YamlError, load_yaml_text
+from trainer.config.validation import config_from_dict
 from trainer.run.layout import CHECKPOINTS_DIR
 
 VECTOR_ENV_DEFAULT = "default"
@@ -56,7 +50,7 @@ class FormField:
         return not self.algos or algo in self.algos
 
     @classmethod
-    def of(cls, declared: DeclaredKey) -> "FormField":
+    def of(cls, declared: DeclaredKey) -> FormField:
         check = declared.check
         choices = tuple(check.choices)
         if declared.name == "vector_env":
@@ -64,13 +58,18 @@ class FormField:
         text = declared.help.replace("`", "")
         if check.optional and check.kind in ("int", "float"):
             text += " (0: not set)"
-        return cls(declared.name, check.kind, declared.group, text, choices, check.optional, declared.algos,
-                   declared.default)
+        return cls(
+            declared.name, check.kind, declared.group, text, choices, check.optional, declared.algos, declared.default
+        )
 
 
 # The form shows the keys group by group, in the order STUDIO_GROUPS lists the groups.
-FORM_FIELDS = tuple(sorted((FormField.of(declared) for declared in declared_keys() if declared.group),
-                           key=lambda form_field: STUDIO_GROUPS.index(form_field.group)))
+FORM_FIELDS = tuple(
+    sorted(
+        (FormField.of(declared) for declared in declared_keys() if declared.group),
+        key=lambda form_field: STUDIO_GROUPS.index(form_field.group),
+    )
+)
 BASIC_FIELDS = tuple(form_field for form_field in FORM_FIELDS if form_field.basic)
 ADVANCED_FIELDS = tuple(form_field for form_field in FORM_FIELDS if not form_field.basic)
 NOT_IN_FORM = {declared.name: declared.studio_note for declared in declared_keys() if declared.studio_note}
@@ -109,7 +108,11 @@ def form_values(config: dict) -> list[Any]:
         if form_field.optional and form_field.kind in ("int", "float") and value is None:
             value = 0
         elif form_field.key == "vector_env":
-            value = VECTOR_ENV_DEFAULT if value is None else ("pool" if value is True else "sync" if value is False else value)
+            value = (
+                VECTOR_ENV_DEFAULT
+                if value is None
+                else ("pool" if value is True else "sync" if value is False else value)
+            )
         elif form_field.kind == "yaml":
             value = "" if not value else yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
         values.append(value)
@@ -132,7 +135,9 @@ def _parse_yaml_field(key: str, text: Any) -> Any:
     try:
         return load_yaml_text(text, key, mapping=False)
     except YamlError as error:
-        raise FormError(f"{error}. Write a mapping like {{grid_size: 12}} or a list like [pkg.module:Wrapper].") from None
+        raise FormError(
+            f"{error}. Write a mapping like {{grid_size: 12}} or a list like [pkg.module:Wrapper]."
+        ) from None
 
 
 def raw_config_from_form(values: Sequence[Any]) -> dict:
@@ -215,7 +220,20 @@ def yaml_from_config(config: TrainConfig) -> str:
 
 
 __all__ = [
-    "advanced_groups", "ADVANCED_FIELDS", "BASIC_FIELDS", "FORM_FIELDS", "NOT_IN_FORM", "ConfigError", "FormError",
-    "FormField", "check_web_safety", "config_from_yaml_text", "form_values", "raw_config_from_form",
-    "tuned_config", "validated_config", "visible_fields", "yaml_from_config",
+    "advanced_groups",
+    "ADVANCED_FIELDS",
+    "BASIC_FIELDS",
+    "FORM_FIELDS",
+    "NOT_IN_FORM",
+    "ConfigError",
+    "FormError",
+    "FormField",
+    "check_web_safety",
+    "config_from_yaml_text",
+    "form_values",
+    "raw_config_from_form",
+    "tuned_config",
+    "validated_config",
+    "visible_fields",
+    "yaml_from_config",
 ]

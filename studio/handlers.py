@@ -28,9 +28,15 @@ PRIVATE = {"api_visibility": "private"}  # the page's own events: not on the API
 class Handlers:
     """The state the page's event functions share: the RunManager (and a usage sampler)."""
 
-    def __init__(self, manager: RunManager, allow_custom_envs: bool = False,
-                 monitor: SystemMonitor | None = None, poll_seconds: float = 1.0, chart_seconds: float = 2.0,
-                 scratch: ScratchFolder | None = None):
+    def __init__(
+        self,
+        manager: RunManager,
+        allow_custom_envs: bool = False,
+        monitor: SystemMonitor | None = None,
+        poll_seconds: float = 1.0,
+        chart_seconds: float = 2.0,
+        scratch: ScratchFolder | None = None,
+    ):
         self.manager = manager
         self.allow_custom_envs = allow_custom_envs
         self.monitor = monitor or SystemMonitor()
@@ -79,8 +85,10 @@ class Handlers:
         try:
             return self.manager.start(config.to_dict())
         except OSError as error:
-            raise RunError(f"Could not create a run folder in {self.manager.runs_dir}: "
-                           f"{error.strerror or error}. Check that folder's permissions and free space.") from None
+            raise RunError(
+                f"Could not create a run folder in {self.manager.runs_dir}: "
+                f"{error.strerror or error}. Check that folder's permissions and free space."
+            ) from None
 
     def join_note(self, run_id: str) -> str:
         """For the page that started a run that accepts workers: where it listens and the worker
@@ -88,11 +96,15 @@ class Handlers:
         join = self.manager.worker_join(run_id)
         if join is None:
             return ""
-        note = (f"\n\nIt accepts workers on `{join.master}`: on each worker machine run\n\n"
-                f"    {join.command}\n\n(the token is shown only on this page).")
+        note = (
+            f"\n\nIt accepts workers on `{join.master}`: on each worker machine run\n\n"
+            f"    {join.command}\n\n(the token is shown only on this page)."
+        )
         if join.master.startswith(("127.", "localhost", "[::1]", "::1")):
-            note += (" The master listens on this machine only; start the studio with `--cluster-host ADDRESS` "
-                     "to let other machines join.")
+            note += (
+                " The master listens on this machine only; start the studio with `--cluster-host ADDRESS` "
+                "to let other machines join."
+            )
         return note
 
     def join_state(self, run_id: str) -> dict:

@@ -16,9 +16,9 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 from studio.snapshot import (  # noqa: F401 - RESUMABLE_STATUSES re-exported: the studio's names for a run
     ACTIVE_STATUSES,
@@ -38,8 +38,10 @@ LOG_TAIL_LINES = 400
 # to the cap, then every 2nd, 4th, ... (the last one always exact). metrics.jsonl keeps them all.
 MAX_METRIC_POINTS = 2000
 TRACEBACK_TAIL_LINES = 15
-INTERRUPTED_MESSAGE = ("This run ended without an end event (its trainer was killed, or the machine stopped). "
-                       "Resume continues from the last checkpoint.")
+INTERRUPTED_MESSAGE = (
+    "This run ended without an end event (its trainer was killed, or the machine stopped). "
+    "Resume continues from the last checkpoint."
+)
 
 
 @dataclass
@@ -82,7 +84,17 @@ class RunState:
     version: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
-    _KEPT_ON_CLEAR = ("run_id", "run_dir", "config", "managed", "owner_alive", "stopping", "launch_mark", "notes", "lock")
+    _KEPT_ON_CLEAR = (
+        "run_id",
+        "run_dir",
+        "config",
+        "managed",
+        "owner_alive",
+        "stopping",
+        "launch_mark",
+        "notes",
+        "lock",
+    )
 
     # ---- writing
 
@@ -198,12 +210,17 @@ class RunState:
     def _on_gif(self, event: dict, event_time: float) -> None:
         path = _local_path(self.run_dir, event.get("path"))
         if path:
-            self.gifs.append(GifInfo(path=path, step=as_int(event.get("step")) or 0,
-                                     episode_return=as_float(event.get("episode_return")),
-                                     episode_score=as_float(event.get("episode_score")),
-                                     steps_shown=as_int(event.get("steps_shown")),
-                                     episode_steps=as_int(event.get("episode_steps")),
-                                     episode_ended=as_bool(event.get("episode_ended"))))
+            self.gifs.append(
+                GifInfo(
+                    path=path,
+                    step=as_int(event.get("step")) or 0,
+                    episode_return=as_float(event.get("episode_return")),
+                    episode_score=as_float(event.get("episode_score")),
+                    steps_shown=as_int(event.get("steps_shown")),
+                    episode_steps=as_int(event.get("episode_steps")),
+                    episode_ended=as_bool(event.get("episode_ended")),
+                )
+            )
 
     def _on_model(self, event: dict, event_time: float) -> None:
         self.final_model = _local_path(self.run_dir, event.get("path"))

@@ -17,7 +17,8 @@ from studio import views
 from studio.form import FormError, check_web_safety, tuned_config
 from studio.handlers import DEFAULT_ENV, DOWNLOAD_KINDS, USER_ERRORS, Handlers
 from studio.runs import RunError
-from trainer.config.keys import config_from_dict, merge_settings
+from trainer.config.loading import merge_settings
+from trainer.config.validation import config_from_dict
 
 LOG = logging.getLogger("studio")
 
@@ -58,8 +59,10 @@ class HttpApi(Handlers):
         """Every run in the runs folder (newest first): id, env, model, status, steps, returns."""
         runs = self.manager.list_runs()
         rows = views.runs_table_rows(runs)
-        return [dict(zip(views.RUNS_TABLE_HEADERS, row), wall_seconds=round(run.wall_seconds, 2))
-                for run, row in zip(runs, rows)]
+        return [
+            dict(zip(views.RUNS_TABLE_HEADERS, row), wall_seconds=round(run.wall_seconds, 2))
+            for run, row in zip(runs, rows)
+        ]
 
     def api_download(self, run_id: str, kind: str) -> str:
         """One of the run's files: kind = model | checkpoint | config | metrics."""

@@ -8,8 +8,9 @@ The manager refuses while the run's trainer lives (this studio's child or owner.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import gradio as gr
 
@@ -35,10 +36,15 @@ def cleanup_preview(manager: RunManager, run_id: str | None) -> tuple[str, bool]
     size = sum(path.stat().st_size for path in doomed if path.is_file()) / 2**20
     newest = list_checkpoints(folder)[-1][0]
     best = read_best_checkpoint(folder)
-    kept = f"the newest (step {newest:,})" + (f" and the best (step {best.step:,}, return "
-                                               f"{best.recent_return_mean:.2f})" if best and best.step != newest else "")
-    return (f"Delete {len(doomed)} old checkpoint(s) of **{run_id}** ({size:.1f} MiB), keeping {kept}? "
-            f"Click *Confirm delete old checkpoints*."), True
+    kept = f"the newest (step {newest:,})" + (
+        f" and the best (step {best.step:,}, return {best.recent_return_mean:.2f})"
+        if best and best.step != newest
+        else ""
+    )
+    return (
+        f"Delete {len(doomed)} old checkpoint(s) of **{run_id}** ({size:.1f} MiB), keeping {kept}? "
+        f"Click *Confirm delete old checkpoints*."
+    ), True
 
 
 def on_cleanup_request(manager: RunManager, run_id: str | None):
@@ -64,17 +70,30 @@ def build_cleanup_buttons() -> CleanupButtons:
     """The two buttons, placed where this is called (the Runs tab's row of run actions)."""
     return CleanupButtons(
         request=gr.Button("Delete old checkpoints", scale=1, elem_id="delete-old-checkpoints"),
-        confirm=gr.Button("Confirm delete old checkpoints", variant="stop", visible=False, scale=1,
-                          elem_id="confirm-delete-old-checkpoints"),
+        confirm=gr.Button(
+            "Confirm delete old checkpoints",
+            variant="stop",
+            visible=False,
+            scale=1,
+            elem_id="confirm-delete-old-checkpoints",
+        ),
     )
 
 
-def wire_cleanup_buttons(buttons: CleanupButtons, manager: RunManager, run_picker: gr.Dropdown,
-                         runs_message: gr.Markdown, refresh: Any, refresh_inputs: Sequence[Any],
-                         refresh_outputs: Sequence[Any], **options: Any) -> None:
+def wire_cleanup_buttons(
+    buttons: CleanupButtons,
+    manager: RunManager,
+    run_picker: gr.Dropdown,
+    runs_message: gr.Markdown,
+    refresh: Any,
+    refresh_inputs: Sequence[Any],
+    refresh_outputs: Sequence[Any],
+    **options: Any,
+) -> None:
     """Request -> confirmation text; Confirm -> delete, then `refresh` the runs table (its sizes)."""
-    buttons.request.click(lambda run_id: on_cleanup_request(manager, run_id), run_picker,
-                          [runs_message, buttons.confirm], **options)
-    buttons.confirm.click(lambda run_id: on_cleanup_confirm(manager, run_id), run_picker,
-                          [runs_message, buttons.confirm], **options).then(
-        refresh, list(refresh_inputs), list(refresh_outputs), **options)
+    buttons.request.click(
+        lambda run_id: on_cleanup_request(manager, run_id), run_picker, [runs_message, buttons.confirm], **options
+    )
+    buttons.confirm.click(
+        lambda run_id: on_cleanup_confirm(manager, run_id), run_picker, [runs_message, buttons.confirm], **options
+    ).then(refresh, list(refresh_inputs), list(refresh_outputs), **options)

@@ -37,12 +37,13 @@ def validate_run_id(run_id: object) -> str:
         raise RunError("No run selected: pick a run first.")
     run_id = run_id.strip()
     if len(run_id) > MAX_RUN_ID_LENGTH:  # longer than a file name may be: never touch the disk with it
-        raise RunError(f"That run id is {len(run_id):_} characters long ({run_id[:40]!r}...); run ids are at "
-                       f"most {MAX_RUN_ID_LENGTH} characters. Pick a run from the list.")
+        raise RunError(
+            f"That run id is {len(run_id):_} characters long ({run_id[:40]!r}...); run ids are at "
+            f"most {MAX_RUN_ID_LENGTH} characters. Pick a run from the list."
+        )
     if not RUN_ID_PATTERN.fullmatch(run_id) or run_id in (".", ".."):
         raise RunError(
-            f"{run_id[:80]!r} is not a valid run id: run ids only contain letters, digits, "
-            "'.', '_' and '-'."
+            f"{run_id[:80]!r} is not a valid run id: run ids only contain letters, digits, '.', '_' and '-'."
         )
     return run_id
 

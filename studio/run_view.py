@@ -29,8 +29,14 @@ FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most
 class RunViewHandlers(Handlers):
     """Renders runs into a RunView's outputs, remembering per session (`viewed`) what it drew."""
 
-    def render_run(self, run: RunSnapshot | None, overlays: Sequence[RunSnapshot], viewed: dict,
-                   with_log: bool, chart: ChartOptions | None = None) -> tuple[list, dict]:
+    def render_run(
+        self,
+        run: RunSnapshot | None,
+        overlays: Sequence[RunSnapshot],
+        viewed: dict,
+        with_log: bool,
+        chart: ChartOptions | None = None,
+    ) -> tuple[list, dict]:
         """Updates for a RunView's outputs; unchanged parts are gr.skip(). `chart`: what the
         main chart shows (the controls above it)."""
         viewed = dict(viewed or {})
@@ -43,12 +49,15 @@ class RunViewHandlers(Handlers):
             updates = [views.status_html(None)]
             empty = changed("charts", None)
             updates += [plot_data(reward_figure([])) if empty else gr.skip()]
-            updates += ([gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None)
-                        else [gr.skip(), gr.skip()])
+            updates += (
+                [gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None) else [gr.skip(), gr.skip()]
+            )
             updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
             updates += [plot_data(diagnostics_figure([])) if empty else gr.skip()]
-            updates += [gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
-                        for kind in DOWNLOAD_KINDS]
+            updates += [
+                gr.DownloadButton(value=None, interactive=False) if changed(f"file-{kind}", None) else gr.skip()
+                for kind in DOWNLOAD_KINDS
+            ]
             return updates, viewed
 
         sources = [run] + [other for other in overlays if other.run_id != run.run_id]
@@ -58,8 +67,11 @@ class RunViewHandlers(Handlers):
         # every `chart_seconds` while a shown run trains, and once more when it ends; at once when
         # the runs shown change (a new selection, a run ticked to compare).
         shown_ids = tuple(source.run_id for source in sources)
-        due = (not any(source.is_active for source in sources) or viewed.get("charts_runs") != shown_ids
-               or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds)
+        due = (
+            not any(source.is_active for source in sources)
+            or viewed.get("charts_runs") != shown_ids
+            or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
+        )
         charts_changed = due and changed("charts", chart_key)
         if charts_changed:
             viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids
@@ -69,8 +81,10 @@ class RunViewHandlers(Handlers):
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
         if changed("gif", (run.run_id, gif_path)):
-            updates += [gr.Image(value=gif_path),
-                        views.gif_caption_html(gif if gif_path else None, run.config.get("env_name"))]
+            updates += [
+                gr.Image(value=gif_path),
+                views.gif_caption_html(gif if gif_path else None, run.config.get("env_name")),
+            ]
         else:
             updates += [gr.skip(), gr.skip()]
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
@@ -114,7 +128,7 @@ class RunView:
     reward_plot: gr.Plot
     diagnostics_plot: gr.Plot
     gif: gr.Image
-    gif_caption: gr.HTML       # under the GIF, not on it (the games draw their score at the top)
+    gif_caption: gr.HTML  # under the GIF, not on it (the games draw their score at the top)
     log: gr.HTML | None
     downloads: list[gr.DownloadButton]
     chart_controls: list  # metric, smoothing, log scale, x-axis: ChartOptions.from_controls(*values)
@@ -134,8 +148,13 @@ def build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -
     with gr.Row(equal_height=False):
         with gr.Column():
             gif = gr.Image(
-                label="Rollout", show_label=False, type="filepath", interactive=False, height=330,
-                elem_id=f"{prefix}rollout-gif", buttons=["download"],
+                label="Rollout",
+                show_label=False,
+                type="filepath",
+                interactive=False,
+                height=330,
+                elem_id=f"{prefix}rollout-gif",
+                buttons=["download"],
             )
             gif_caption = gr.HTML(views.gif_caption_html(None), elem_id=f"{prefix}rollout-caption")
         log = None
@@ -144,7 +163,9 @@ def build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -
     diagnostics_plot = gr.Plot(plot_data(diagnostics_figure([])), show_label=False, elem_id=f"{prefix}diagnostics-plot")
     with gr.Row():
         downloads = [
-            gr.DownloadButton("Final model (.pth)", interactive=False, variant="primary", elem_id=f"{prefix}download-model"),
+            gr.DownloadButton(
+                "Final model (.pth)", interactive=False, variant="primary", elem_id=f"{prefix}download-model"
+            ),
             gr.DownloadButton("Latest checkpoint", interactive=False, elem_id=f"{prefix}download-checkpoint"),
             gr.DownloadButton(CONFIG_FILE, interactive=False, elem_id=f"{prefix}download-config"),
             gr.DownloadButton(METRICS_CSV_FILE, interactive=False, elem_id=f"{prefix}download-metrics"),
@@ -157,13 +178,33 @@ def build_chart_controls(prefix: str) -> list:
     scale, steps or training time on the x-axis."""
     default = ChartOptions()
     with gr.Row(equal_height=True, elem_classes=["chart-controls"]):
-        metric = gr.Radio([("game score", "score"), ("return", "return"), ("length", "length")],
-                          value=default.metric, label="chart", scale=3, min_width=330, elem_id=f"{prefix}chart-metric")
-        smoothing = gr.Slider(0.0, MAX_SMOOTHING, value=default.smoothing, step=0.01, label="smoothing (EMA)",
-                              scale=2, min_width=160, elem_id=f"{prefix}chart-smoothing")
+        metric = gr.Radio(
+            [("game score", "score"), ("return", "return"), ("length", "length")],
+            value=default.metric,
+            label="chart",
+            scale=3,
+            min_width=330,
+            elem_id=f"{prefix}chart-metric",
+        )
+        smoothing = gr.Slider(
+            0.0,
+            MAX_SMOOTHING,
+            value=default.smoothing,
+            step=0.01,
+            label="smoothing (EMA)",
+            scale=2,
+            min_width=160,
+            elem_id=f"{prefix}chart-smoothing",
+        )
         log_scale = gr.Checkbox(default.log, label="log scale", scale=1, min_width=100, elem_id=f"{prefix}chart-log")
-        x_axis = gr.Radio([("steps", "steps"), ("training time", "time")], value=default.x, label="x-axis",
-                          scale=2, min_width=200, elem_id=f"{prefix}chart-x")
+        x_axis = gr.Radio(
+            [("steps", "steps"), ("training time", "time")],
+            value=default.x,
+            label="x-axis",
+            scale=2,
+            min_width=200,
+            elem_id=f"{prefix}chart-x",
+        )
     return [metric, smoothing, log_scale, x_axis]
 
 

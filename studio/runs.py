@@ -55,7 +55,7 @@ from studio.trainer_process import (
 )
 from trainer.cluster.admission import new_token
 from trainer.cluster.nodes import DEFAULT_PORT
-from trainer.config.keys import CodePermissionError, require_code_permission
+from trainer.config.permissions import CodePermissionError, require_code_permission
 from trainer.run.layout import CONFIG_FILE, EVENTS_FILE, create_run_dir, read_config, write_config
 from trainer.run.notes import write_run_notes
 from trainer.run.owner import live_owner
@@ -121,8 +121,10 @@ class RunManager:
                 raise RunError(f"Run {run_id} is still running; there is nothing to resume.")
             owner = live_owner(run_dir)
             if owner is not None:
-                raise RunError(f"Run {run_id} is being trained by {owner.describe()}; it can be resumed once "
-                               "that process has ended.")
+                raise RunError(
+                    f"Run {run_id} is being trained by {owner.describe()}; it can be resumed once "
+                    "that process has ended."
+                )
             snapshot = self._refreshed(run_id, run_dir).snapshot()
             if snapshot.status not in RESUMABLE_STATUSES:
                 raise RunError(
@@ -132,8 +134,9 @@ class RunManager:
             config = read_config(run_dir) or snapshot.config
             # A run folder is data: an entry point in its config.yaml runs code only with permission.
             try:
-                require_code_permission(config, self.allow_custom_envs, f"Run {run_id}'s config.yaml",
-                                        "`python app.py --allow-custom-envs`")
+                require_code_permission(
+                    config, self.allow_custom_envs, f"Run {run_id}'s config.yaml", "`python app.py --allow-custom-envs`"
+                )
             except CodePermissionError as error:
                 raise RunError(str(error)) from None
             # No checkpoint (it died before its first one): the trainer starts it again from step 0.
@@ -159,7 +162,11 @@ class RunManager:
                         state.stopping = True
                         state.settle()
                     return state
-                where = f" here; it is trained by {owner.describe()}: stop it there" if owner else ", so there is nothing to stop"
+                where = (
+                    f" here; it is trained by {owner.describe()}: stop it there"
+                    if owner
+                    else ", so there is nothing to stop"
+                )
                 raise RunError(f"Run {run_id} is not running{where}.")
             active.stop_event.set()
             active.state.stopping = True
@@ -303,13 +310,15 @@ class RunManager:
             owner = live_owner(state.run_dir)
             taken = f" The run folder is being trained by {owner.describe()}." if owner else ""
             with state.lock:
-                state.error_message = (f"The trainer process {reason} before the run ended (out of memory? "
-                                       f"killed?).{taken} Resume continues from the last checkpoint; the "
-                                       "studio's terminal shows what the trainer printed.")
+                state.error_message = (
+                    f"The trainer process {reason} before the run ended (out of memory? "
+                    f"killed?).{taken} Resume continues from the last checkpoint; the "
+                    "studio's terminal shows what the trainer printed."
+                )
                 state.version += 1
 
     def _check_disk(self) -> None:
-        from trainer.config.keys import ConfigError
+        from trainer.config.checks import ConfigError
         from trainer.config.preflight import check_disk_space
 
         try:
@@ -337,11 +346,21 @@ class RunManager:
         master = f"{self.cluster_host}:{self.cluster_port}"
         taken = [run_id for run_id, active in self._active.items() if active.join and active.join.master == master]
         if taken:
-            raise RunError(f"Run {taken[0]} already accepts workers on {master}; stop it first, or start the "
-                           "studio with another --cluster-port.")
+            raise RunError(
+                f"Run {taken[0]} already accepts workers on {master}; stop it first, or start the "
+                "studio with another --cluster-port."
+            )
         return WorkerJoin(master, new_token())
 
     def _launch(self, state: RunState, resume: bool, join: WorkerJoin | None = None) -> None:
         """Caller holds self._lock. Starts the run's trainer process (studio/trainer_process.py)."""
-        self._active[state.run_id] = start_trainer(self._context, state, resume, join, self._target, self.cluster_host,
-                                                   self.cluster_port, self.allow_custom_envs)
+        self._active[state.run_id] = start_trainer(
+            self._context,
+            state,
+            resume,
+            join,
+            self._target,
+            self.cluster_host,
+            self.cluster_port,
+            self.allow_custom_envs,
+        )

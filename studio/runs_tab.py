@@ -47,24 +47,29 @@ SORT_ORDERS: dict[str, Callable[[RunSnapshot], Any]] = {
     "most steps": lambda run: (-run.step, run.run_id),
     "name": lambda run: (not run.name, run.title.casefold(), run.run_id),
     "game": lambda run: (run.env_name.casefold(), -(run.started_at or 0.0), run.run_id),
-    "status": lambda run: (STATUS_ORDER.index(run.status) if run.status in STATUS_ORDER else len(STATUS_ORDER),
-                           -(run.started_at or 0.0), run.run_id),
+    "status": lambda run: (
+        STATUS_ORDER.index(run.status) if run.status in STATUS_ORDER else len(STATUS_ORDER),
+        -(run.started_at or 0.0),
+        run.run_id,
+    ),
 }
 DEFAULT_SORT = "newest first"
 
 
 def game_filter_choices(runs: Sequence[RunSnapshot]) -> list[str]:
-    """"all", then every game some run plays, alphabetically."""
+    """ "all", then every game some run plays, alphabetically."""
     return [ALL] + sorted({run.env_name for run in runs}, key=str.casefold)
 
 
-def table_runs(runs: Sequence[RunSnapshot], game: str | None = ALL, status: str | None = ALL,
-               order: str | None = DEFAULT_SORT) -> list[RunSnapshot]:
+def table_runs(
+    runs: Sequence[RunSnapshot], game: str | None = ALL, status: str | None = ALL, order: str | None = DEFAULT_SORT
+) -> list[RunSnapshot]:
     """The runs the table lists: those of `game` and `status` ("all" for any; status "active" for
     starting, running or stopping), in `order` (a key of SORT_ORDERS)."""
     game, status = game or ALL, status or ALL
     shown = [
-        run for run in runs
+        run
+        for run in runs
         if (game == ALL or run.env_name == game)
         and (status == ALL or run.status == status or (status == ACTIVE and run.status in ACTIVE_STATUSES))
     ]
@@ -85,8 +90,7 @@ def delete_refusal(run: RunSnapshot) -> str | None:
     manager would refuse the delete after the click)."""
     if run.is_active:
         label = f"{run.name} ({run.run_id})" if run.name else f"Run {run.run_id}"
-        return (f"**{label} is {run.status}: stop it first** (the *Stop* button, which saves its model), "
-                "then delete it.")
+        return f"**{label} is {run.status}: stop it first** (the *Stop* button, which saves its model), then delete it."
     return None
 
 
@@ -98,14 +102,21 @@ class RunsTab(RunViewHandlers):
         rows, note = self._table_rows(game, status, order)
         return views.runs_table(rows), note
 
-    def _table_rows(self, game: str | None, status: str | None, order: str | None,
-                    runs: Sequence[RunSnapshot] | None = None) -> tuple[list[list], str]:
+    def _table_rows(
+        self, game: str | None, status: str | None, order: str | None, runs: Sequence[RunSnapshot] | None = None
+    ) -> tuple[list[list], str]:
         runs = self.manager.list_runs() if runs is None else runs
         shown = table_runs(runs, game, status, order)
         return views.runs_table_rows(shown), filter_note(len(shown), len(runs))
 
-    def on_refresh_runs(self, selected: str | None, compared: list[str] | None, game: str | None = None,
-                        status: str | None = None, order: str | None = None):
+    def on_refresh_runs(
+        self,
+        selected: str | None,
+        compared: list[str] | None,
+        game: str | None = None,
+        status: str | None = None,
+        order: str | None = None,
+    ):
         """Every run in the runs folder, read again: runs started since (here, by another studio,
         by the CLI) appear, deleted ones go. Outputs: table, picker, compare, Evaluate's run
         picker, game filter, filter note."""
@@ -139,30 +150,51 @@ class RunsTab(RunViewHandlers):
                 shown.append(run)
         return shown
 
-    def show_selected(self, run_id: str | None, compared: list[str] | None, viewed: dict,
-                      tab_shown: bool = True, *chart_controls):
+    def show_selected(
+        self, run_id: str | None, compared: list[str] | None, viewed: dict, tab_shown: bool = True, *chart_controls
+    ):
         """The selected run with the ticked runs overlaid (also what a change of the chart's
         controls calls). Outputs: the run view, the Runs tab's timer (on while the tab shows a run
         that trains) and what this session has drawn."""
         updates, viewed, live = self._render_shown(run_id, compared, viewed, chart_controls)
         return (*updates, gr.Timer(active=tab_shown and live), viewed)
 
-    def _render_shown(self, run_id: str | None, compared: list[str] | None, viewed: dict,
-                      chart_controls: Sequence) -> tuple[list, dict, bool]:
+    def _render_shown(
+        self, run_id: str | None, compared: list[str] | None, viewed: dict, chart_controls: Sequence
+    ) -> tuple[list, dict, bool]:
         """render_run's updates for the shown runs, and whether one of them trains."""
         shown = self._shown_runs(run_id, compared)
-        updates, viewed = self.render_run(shown[0] if shown else None, shown[1:], viewed, with_log=False,
-                                          chart=ChartOptions.from_controls(*chart_controls))
+        updates, viewed = self.render_run(
+            shown[0] if shown else None,
+            shown[1:],
+            viewed,
+            with_log=False,
+            chart=ChartOptions.from_controls(*chart_controls),
+        )
         return updates, viewed, any(run.is_active for run in shown)
 
-    def on_runs_tick(self, run_id: str | None, compared: list[str] | None, viewed: dict, tab_shown: bool,
-                     game: str | None, status: str | None, order: str | None, *chart_controls):
+    def on_runs_tick(
+        self,
+        run_id: str | None,
+        compared: list[str] | None,
+        viewed: dict,
+        tab_shown: bool,
+        game: str | None,
+        status: str | None,
+        order: str | None,
+        *chart_controls,
+    ):
         """Timer tick of the Runs tab: the shown runs' status line, charts and files (unchanged parts
         skipped), and every TABLE_SECONDS the table (its steps and states move too). The timer
         switches itself off once no shown run trains, or when the tab is not shown."""
         if not tab_shown:
-            return (*[gr.skip()] * self._run_view_size(with_log=False), gr.skip(), gr.skip(),
-                    gr.Timer(active=False), viewed)
+            return (
+                *[gr.skip()] * self._run_view_size(with_log=False),
+                gr.skip(),
+                gr.skip(),
+                gr.Timer(active=False),
+                viewed,
+            )
         updates, viewed, live = self._render_shown(run_id, compared, viewed, chart_controls)
         rows = note = gr.skip()
         if time.time() - viewed.get("table_at", 0.0) >= TABLE_SECONDS:
@@ -177,8 +209,10 @@ class RunsTab(RunViewHandlers):
         the keys in which the shown runs' configs differ."""
         shown = self._shown_runs(run_id, compared)
         headers, rows = config_diff(shown)
-        return (compare_note(shown, len(rows)),
-                gr.Dataframe(value={"headers": headers, "data": rows}, visible=bool(rows)))
+        return (
+            compare_note(shown, len(rows)),
+            gr.Dataframe(value={"headers": headers, "data": rows}, visible=bool(rows)),
+        )
 
     def run_notes_fields(self, run_id: str | None):
         """The name and notes boxes, filled from the selected run's notes.json."""
@@ -203,8 +237,13 @@ class RunsTab(RunViewHandlers):
             state = self.manager.resume(run_id)
         except USER_ERRORS as error:
             return bold_message(error), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        return (f"Resumed **{state.run_id}** from its last checkpoint.{self.join_note(state.run_id)}", state.run_id,
-                gr.Timer(active=True), self.join_state(state.run_id), gr.Tabs(selected="train"))
+        return (
+            f"Resumed **{state.run_id}** from its last checkpoint.{self.join_note(state.run_id)}",
+            state.run_id,
+            gr.Timer(active=True),
+            self.join_state(state.run_id),
+            gr.Tabs(selected="train"),
+        )
 
     def on_open(self, run_id: str):
         """Show the selected run in the Train tab's live view."""
@@ -225,8 +264,10 @@ class RunsTab(RunViewHandlers):
         refusal = delete_refusal(run)
         if refusal:
             return refusal, gr.Button(visible=False)
-        return (f"Delete **{run.title}** and all its files? Click *Confirm delete*.",
-                gr.Button(f"Confirm delete {run_id}", visible=True))
+        return (
+            f"Delete **{run.title}** and all its files? Click *Confirm delete*.",
+            gr.Button(f"Confirm delete {run_id}", visible=True),
+        )
 
     def on_delete_confirm(self, run_id: str):
         """Second click of Delete: the run's folder goes (refused while it trains)."""
@@ -277,54 +318,108 @@ class RunsPanel:
 class RunsEvents:
     """Events of the Runs tab that other tabs chain (each a dict of fn, inputs, outputs)."""
 
-    hide: dict     # another tab is shown: the Runs tab's timer stops
+    hide: dict  # another tab is shown: the Runs tab's timer stops
     refresh: dict  # the runs folder read again (also Evaluate's run picker)
 
 
 def build_runs_tab() -> RunsPanel:
     """The Runs tab's layout: filters, table, the selected run's actions, notes, compare, its view."""
     with gr.Tab("Runs", id="runs") as tab:
-        gr.Markdown("Every run in the runs folder (this studio's, an earlier one's, the CLI's). Click a "
-                    "row to select it; tick runs to compare their curves and configs.")
+        gr.Markdown(
+            "Every run in the runs folder (this studio's, an earlier one's, the CLI's). Click a "
+            "row to select it; tick runs to compare their curves and configs."
+        )
         with gr.Row(equal_height=False):
             refresh_button = gr.Button("Refresh", size="sm", scale=0, min_width=100, elem_id="refresh-runs")
-            game_filter = gr.Dropdown([ALL], value=ALL, label="game", scale=1, min_width=140,
-                                      elem_id="runs-game-filter")
-            status_filter = gr.Dropdown(list(STATUS_FILTERS), value=ALL, label="status", scale=1,
-                                        min_width=140, elem_id="runs-status-filter")
-            sort_order = gr.Dropdown(list(SORT_ORDERS), value=DEFAULT_SORT, label="sort", scale=1,
-                                     min_width=140, elem_id="runs-sort")
+            game_filter = gr.Dropdown(
+                [ALL], value=ALL, label="game", scale=1, min_width=140, elem_id="runs-game-filter"
+            )
+            status_filter = gr.Dropdown(
+                list(STATUS_FILTERS), value=ALL, label="status", scale=1, min_width=140, elem_id="runs-status-filter"
+            )
+            sort_order = gr.Dropdown(
+                list(SORT_ORDERS), value=DEFAULT_SORT, label="sort", scale=1, min_width=140, elem_id="runs-sort"
+            )
             note = gr.Markdown(elem_id="runs-filter-note")
-        table = gr.Dataframe(headers=views.RUNS_TABLE_HEADERS, interactive=False, wrap=True,
-                             max_height=360, elem_id="runs-table")
+        table = gr.Dataframe(
+            headers=views.RUNS_TABLE_HEADERS, interactive=False, wrap=True, max_height=360, elem_id="runs-table"
+        )
         with gr.Row(equal_height=False):
             run_picker = gr.Dropdown([], label="Selected run", scale=3, elem_id="run-picker")
             open_button = gr.Button("Open in live view", scale=1)
             resume_button = gr.Button("Resume", scale=1, elem_id="resume")
             stop_button = gr.Button("Stop", variant="stop", scale=1)
             delete_button = gr.Button("Delete", scale=1, elem_id="delete")
-            confirm_delete_button = gr.Button("Confirm delete", variant="stop", visible=False,
-                                              scale=1, elem_id="confirm-delete")
+            confirm_delete_button = gr.Button(
+                "Confirm delete", variant="stop", visible=False, scale=1, elem_id="confirm-delete"
+            )
             cleanup_buttons = build_cleanup_buttons()
         message = gr.Markdown(elem_id="runs-message")
         with gr.Row(equal_height=False):
-            name_box = gr.Textbox(label="Name", placeholder="e.g. lr 1e-3, bigger net", interactive=False,
-                                  max_lines=1, scale=2, elem_id="run-name")
-            notes_box = gr.Textbox(label="Notes", placeholder="What you tried, what you saw", lines=2,
-                                   max_lines=8, interactive=False, scale=4, elem_id="run-notes")
+            name_box = gr.Textbox(
+                label="Name",
+                placeholder="e.g. lr 1e-3, bigger net",
+                interactive=False,
+                max_lines=1,
+                scale=2,
+                elem_id="run-name",
+            )
+            notes_box = gr.Textbox(
+                label="Notes",
+                placeholder="What you tried, what you saw",
+                lines=2,
+                max_lines=8,
+                interactive=False,
+                scale=4,
+                elem_id="run-notes",
+            )
             save_notes_button = gr.Button("Save name and notes", scale=1, elem_id="save-notes")
         compare_box = gr.CheckboxGroup([], label="Compare (overlay curves)", elem_id="compare")
         diff_note = gr.Markdown(elem_id="compare-note")
-        diff = gr.Dataframe(interactive=False, wrap=True, max_height=300, visible=False,
-                            label="Config keys that differ", elem_id="config-diff")
+        diff = gr.Dataframe(
+            interactive=False,
+            wrap=True,
+            max_height=300,
+            visible=False,
+            label="Config keys that differ",
+            elem_id="config-diff",
+        )
         history = build_run_view("runs-", with_log=False)
-    return RunsPanel(tab, refresh_button, game_filter, status_filter, sort_order, note, table, run_picker,
-                     open_button, resume_button, stop_button, delete_button, confirm_delete_button, cleanup_buttons,
-                     message, name_box, notes_box, save_notes_button, compare_box, diff_note, diff, history)
+    return RunsPanel(
+        tab,
+        refresh_button,
+        game_filter,
+        status_filter,
+        sort_order,
+        note,
+        table,
+        run_picker,
+        open_button,
+        resume_button,
+        stop_button,
+        delete_button,
+        confirm_delete_button,
+        cleanup_buttons,
+        message,
+        name_box,
+        notes_box,
+        save_notes_button,
+        compare_box,
+        diff_note,
+        diff,
+        history,
+    )
 
 
-def wire_runs_tab(handlers: RunsTab, panel: RunsPanel, poll_seconds: float, switch_to_run: list,
-                  follow_run: dict, eval_run: gr.Dropdown, session_seconds: float) -> RunsEvents:
+def wire_runs_tab(
+    handlers: RunsTab,
+    panel: RunsPanel,
+    poll_seconds: float,
+    switch_to_run: list,
+    follow_run: dict,
+    eval_run: gr.Dropdown,
+    session_seconds: float,
+) -> RunsEvents:
     """The Runs tab's events. Open and Resume write `switch_to_run` (the Train tab's message, run
     box, timer, viewed state, and the Tabs) and then `follow_run` (the form takes that run's
     settings); a refresh also updates `eval_run`, the Evaluate tab's run picker."""
@@ -333,12 +428,16 @@ def wire_runs_tab(handlers: RunsTab, panel: RunsPanel, poll_seconds: float, swit
     shown = gr.State(False, time_to_live=session_seconds)  # the tab's timer ticks only while it is shown
     timer = gr.Timer(poll_seconds, active=False)  # on while the tab shows a run that trains
     filters = [p.game_filter, p.status_filter, p.sort_order]
-    refresh = dict(fn=handlers.on_refresh_runs, inputs=[p.run_picker, p.compare_box, *filters],
-                   outputs=[p.table, p.run_picker, p.compare_box, eval_run, p.game_filter, p.filter_note])
+    refresh = dict(
+        fn=handlers.on_refresh_runs,
+        inputs=[p.run_picker, p.compare_box, *filters],
+        outputs=[p.table, p.run_picker, p.compare_box, eval_run, p.game_filter, p.filter_note],
+    )
     history_inputs = [p.run_picker, p.compare_box, viewed, shown, *p.history.chart_controls]
     show = dict(fn=handlers.show_selected, inputs=history_inputs, outputs=[*p.history.outputs, timer, viewed])
-    compare = dict(fn=handlers.on_compare_change, inputs=[p.run_picker, p.compare_box],
-                   outputs=[p.compare_note, p.config_diff])
+    compare = dict(
+        fn=handlers.on_compare_change, inputs=[p.run_picker, p.compare_box], outputs=[p.compare_note, p.config_diff]
+    )
     hide = dict(fn=lambda: (False, gr.Timer(active=False)), inputs=None, outputs=[shown, timer])
     p.tab.select(lambda: True, None, shown, **PRIVATE).then(**refresh, **PRIVATE).then(**show, **PRIVATE)
     p.refresh_button.click(**refresh, **PRIVATE).then(**show, **PRIVATE)
@@ -348,21 +447,39 @@ def wire_runs_tab(handlers: RunsTab, panel: RunsPanel, poll_seconds: float, swit
     for trigger in (p.run_picker.change, p.compare_box.change):
         trigger(**show, **PRIVATE)
         trigger(**compare, **PRIVATE)
-    on_chart_change(p.history.chart_controls, handlers.show_selected, history_inputs, viewed, show["outputs"],
-                    **PRIVATE)
+    on_chart_change(
+        p.history.chart_controls, handlers.show_selected, history_inputs, viewed, show["outputs"], **PRIVATE
+    )
     p.run_picker.change(handlers.run_notes_fields, p.run_picker, [p.name_box, p.notes_box], **PRIVATE)
-    timer.tick(handlers.on_runs_tick, [*history_inputs[:4], *filters, *p.history.chart_controls],
-               [*p.history.outputs, p.table, p.filter_note, timer, viewed], show_progress="hidden", **PRIVATE)
-    p.save_notes_button.click(handlers.on_save_notes, [p.run_picker, p.name_box, p.notes_box], p.message,
-                              **PRIVATE).then(**refresh, **PRIVATE).then(**show, **PRIVATE).then(**compare, **PRIVATE)
+    timer.tick(
+        handlers.on_runs_tick,
+        [*history_inputs[:4], *filters, *p.history.chart_controls],
+        [*p.history.outputs, p.table, p.filter_note, timer, viewed],
+        show_progress="hidden",
+        **PRIVATE,
+    )
+    p.save_notes_button.click(
+        handlers.on_save_notes, [p.run_picker, p.name_box, p.notes_box], p.message, **PRIVATE
+    ).then(**refresh, **PRIVATE).then(**show, **PRIVATE).then(**compare, **PRIVATE)
     p.open_button.click(handlers.on_open, p.run_picker, [p.message, *switch_to_run], **PRIVATE).then(
-        **hide, **PRIVATE).then(**follow_run, **PRIVATE)
+        **hide, **PRIVATE
+    ).then(**follow_run, **PRIVATE)
     p.resume_button.click(handlers.on_resume, p.run_picker, [p.message, *switch_to_run], **PRIVATE).then(
-        **hide, **PRIVATE).then(**follow_run, **PRIVATE)
+        **hide, **PRIVATE
+    ).then(**follow_run, **PRIVATE)
     p.stop_button.click(handlers.on_stop_selected, p.run_picker, p.message, **PRIVATE)
     p.delete_button.click(handlers.on_delete_request, p.run_picker, [p.message, p.confirm_delete_button], **PRIVATE)
-    p.confirm_delete_button.click(handlers.on_delete_confirm, p.run_picker, [p.message, p.confirm_delete_button],
-                                  **PRIVATE).then(**refresh, **PRIVATE)
-    wire_cleanup_buttons(p.cleanup_buttons, handlers.manager, p.run_picker, p.message, handlers.on_refresh_runs,
-                         refresh["inputs"], refresh["outputs"], **PRIVATE)
+    p.confirm_delete_button.click(
+        handlers.on_delete_confirm, p.run_picker, [p.message, p.confirm_delete_button], **PRIVATE
+    ).then(**refresh, **PRIVATE)
+    wire_cleanup_buttons(
+        p.cleanup_buttons,
+        handlers.manager,
+        p.run_picker,
+        p.message,
+        handlers.on_refresh_runs,
+        refresh["inputs"],
+        refresh["outputs"],
+        **PRIVATE,
+    )
     return RunsEvents(hide=hide, refresh=refresh)

@@ -44,7 +44,7 @@ class GameScore:
         return "Episode return" if self.is_return else f"Game score ({self.unit})"
 
     def text(self, value: float | None, digits: int = 1) -> str:
-        """"52.3 pipes", or "return -985.2"; "–" when there is no value yet."""
+        """ "52.3 pipes", or "return -985.2"; "–" when there is no value yet."""
         if value is None:
             return "–"
         number = format_number(value, digits)
@@ -105,5 +105,5 @@ def game_name(env_name: str | None) -> str:
     from envs.registry import GYM_PREFIX, builtin_aliases
 
     name = str(env_name).strip()
-    inner = name[len(GYM_PREFIX):].strip() if name.startswith(GYM_PREFIX) else name
+    inner = name[len(GYM_PREFIX) :].strip() if name.startswith(GYM_PREFIX) else name
     return builtin_aliases().get(inner.lower(), inner)

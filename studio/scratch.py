@@ -53,7 +53,7 @@ class ScratchFolder:
         folder = self.path / kind
         folder.mkdir(parents=True, exist_ok=True)
         existing = sorted((entry for entry in folder.iterdir() if entry.is_file()), key=lambda p: p.stat().st_mtime)
-        for old in existing[:-KEEP_FILES + 1] if len(existing) >= KEEP_FILES else []:
+        for old in existing[: -KEEP_FILES + 1] if len(existing) >= KEEP_FILES else []:
             old.unlink(missing_ok=True)
         return folder / name
 

@@ -19,8 +19,8 @@ class GifInfo:
     step: int
     episode_return: float | None
     episode_score: float | None
-    steps_shown: int | None = None     # what the GIF shows of its episode (None: a run from before they were
-    episode_steps: int | None = None   # recorded); see the gif event in trainer/run/events.py
+    steps_shown: int | None = None  # what the GIF shows of its episode (None: a run from before they were
+    episode_steps: int | None = None  # recorded); see the gif event in trainer/run/events.py
     episode_ended: bool | None = None
 
 

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import psutil
 
@@ -70,10 +70,7 @@ def _nvidia_smi_reader() -> Callable[[], GpuReading | None] | None:
     executable = shutil.which("nvidia-smi")
     if executable is None:
         return None
-    command = [
-        executable, "--query-gpu=utilization.gpu,memory.used,memory.total",
-        "--format=csv,noheader,nounits",
-    ]
+    command = [executable, "--query-gpu=utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
     def read() -> GpuReading | None:
         try:

@@ -11,6 +11,7 @@ typos do not lock out a whole office behind one proxy address; a much higher per
 Attempts still in flight count, so parallel guesses cannot slip past the count either. The
 address is the socket's peer, never a header a client sets.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,8 +22,8 @@ from starlette.responses import JSONResponse
 
 from trainer.serving.throttle import FailureThrottle, retry_after
 
-MAX_LOGIN_BODY = 64 * 1024   # Gradio's login form is two short fields
-MAX_USER_CHARS = 256         # longer user names are cut to this for the key (bounded memory)
+MAX_LOGIN_BODY = 64 * 1024  # Gradio's login form is two short fields
+MAX_USER_CHARS = 256  # longer user names are cut to this for the key (bounded memory)
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
@@ -40,16 +41,25 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
 class LoginThrottle:
     """ASGI middleware over the studio's app: throttles failed logins at /login and /metrics."""
 
-    def __init__(self, app, max_failures: int = 5, window_seconds: float = 60.0, lockout_seconds: float = 30.0,
-                 address_factor: int = 10, max_clients: int = 10_000, clock=time.monotonic):
+    def __init__(
+        self,
+        app,
+        max_failures: int = 5,
+        window_seconds: float = 60.0,
+        lockout_seconds: float = 30.0,
+        address_factor: int = 10,
+        max_clients: int = 10_000,
+        clock=time.monotonic,
+    ):
         self.app = app
         # Each (address, user name) attempt is counted as a failure when it is passed on and cleared
         # by a success, so `max_failures` parallel guesses are all there is before the lockout.
         self.users = FailureThrottle(max_failures, window_seconds, lockout_seconds, max_clients, clock)
         # The ceiling per address counts answered failures only (successes must not use it up);
         # attempts in flight from one address are capped at the same number.
-        self.addresses = FailureThrottle(max_failures * address_factor, window_seconds, lockout_seconds,
-                                         max_clients, clock)
+        self.addresses = FailureThrottle(
+            max_failures * address_factor, window_seconds, lockout_seconds, max_clients, clock
+        )
         self.max_in_flight = max_failures * address_factor
         self.in_flight: dict[str, int] = {}
 
@@ -70,8 +80,9 @@ class LoginThrottle:
             user = (basic_credentials(_header(scope, b"authorization")) or ("", ""))[0]
         pair = (client, user.strip()[:MAX_USER_CHARS])
         user_wait = self.users.wait_left(pair)
-        address_wait = max(self.addresses.wait_left(client),
-                           1.0 if self.in_flight.get(client, 0) >= self.max_in_flight else 0.0)
+        address_wait = max(
+            self.addresses.wait_left(client), 1.0 if self.in_flight.get(client, 0) >= self.max_in_flight else 0.0
+        )
         if user_wait > 0 or address_wait > 0:
             who = "for this user name from this address" if user_wait >= address_wait else "from this address"
             await self._refusal(max(user_wait, address_wait), guarded, who)(scope, receive, send)
@@ -113,8 +124,11 @@ class LoginThrottle:
     def _refusal(seconds_left: float, guarded: str, who: str) -> JSONResponse:
         wait = retry_after(seconds_left)
         what = "logins" if guarded == "login" else "metrics logins"
-        return JSONResponse({"detail": f"Too many failed {what} {who}; try again in {wait} s."}, status_code=429,
-                            headers={"Retry-After": str(wait)})
+        return JSONResponse(
+            {"detail": f"Too many failed {what} {who}; try again in {wait} s."},
+            status_code=429,
+            headers={"Retry-After": str(wait)},
+        )
 
 
 async def _read_body(receive, limit: int) -> bytes | None:

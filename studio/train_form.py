@@ -28,8 +28,8 @@ from studio.form import (
 )
 from studio.handlers import PRIVATE, USER_ERRORS, Handlers, bold_message
 from trainer.config.defaults import defaults_source
-from trainer.config.keys import config_from_dict
 from trainer.config.safe_yaml import MAX_YAML_BYTES
+from trainer.config.validation import config_from_dict
 from trainer.run.files import atomic_write
 from trainer.run.layout import safe_name
 
@@ -81,8 +81,11 @@ class FormHandlers(Handlers):
         try:
             size = Path(path).stat().st_size
             if size > MAX_YAML_BYTES:  # checked before reading: a config is a few hundred bytes
-                return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), (
-                    f"**{name} is too large ({size:_} bytes; a config is at most {MAX_YAML_BYTES:_}).**")
+                return (
+                    gr.skip(),
+                    *[gr.skip()] * len(FORM_FIELDS),
+                    (f"**{name} is too large ({size:_} bytes; a config is at most {MAX_YAML_BYTES:_}).**"),
+                )
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), f"**{name} is not a text (YAML) file.**"
@@ -104,6 +107,7 @@ def env_fill_message(env_name: str) -> str:
     """What on_env_change filled the form with: the tuned config only where one ships, else which
     defaults (trainer.config.defaults.defaults_source says it for the CLI and the API alike)."""
     return f"Filled the form with {defaults_source(env_name)}."
+
 
 # ----------------------------------------------------------------------------- components
 
@@ -137,21 +141,35 @@ def build_form(default_values: dict[str, Any], devices: Sequence[str], env_choic
     with gr.Accordion("Advanced", open=False, elem_id="advanced"):
         for title, group in advanced_groups():
             gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
-            for pair in (group[i:i + 2] for i in range(0, len(group), 2)):
+            for pair in (group[i : i + 2] for i in range(0, len(group), 2)):
                 with gr.Row():
                     for form_field in pair:
                         controls[form_field.key] = _form_component(
-                            form_field, default_values[form_field.key], devices, env_choices)
+                            form_field,
+                            default_values[form_field.key],
+                            devices,
+                            env_choices,
+                            visible=form_field.shown_for(default_values["algo"]),
+                        )
     with gr.Accordion("YAML config", open=False, elem_id="yaml-section"):
         yaml_box = gr.Code(language="yaml", lines=12, label="Paste a config, or export the form", elem_id="yaml-box")
         with gr.Row():
             load_yaml_button = gr.Button("Load into form", size="sm", elem_id="load-yaml")
             upload_yaml_button = gr.UploadButton(
-                "Upload .yaml", file_types=[".yaml", ".yml"], size="sm", elem_id="upload-yaml")
+                "Upload .yaml", file_types=[".yaml", ".yml"], size="sm", elem_id="upload-yaml"
+            )
             export_yaml_button = gr.Button("Export form", size="sm", elem_id="export-yaml")
         export_file = gr.File(label="Exported config", visible=False, interactive=False)
-    return FormPanel(controls, batch_info, load_run_button, yaml_box, load_yaml_button, upload_yaml_button,
-                     export_yaml_button, export_file)
+    return FormPanel(
+        controls,
+        batch_info,
+        load_run_button,
+        yaml_box,
+        load_yaml_button,
+        upload_yaml_button,
+        export_yaml_button,
+        export_file,
+    )
 
 
 def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, message: gr.Markdown) -> None:
@@ -161,8 +179,12 @@ def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, mess
     for key in BATCH_KEYS:
         controls[key].change(views.batch_note, [controls[k] for k in BATCH_KEYS], form.batch_info, **PRIVATE)
     # An algorithm's own keys show while it is chosen (studio/form.py visible_fields).
-    controls["algo"].change(lambda algo: [gr.update(visible=shown) for shown in visible_fields(algo)],
-                            controls["algo"], form_inputs, **PRIVATE)
+    controls["algo"].change(
+        lambda algo: [gr.update(visible=shown) for shown in visible_fields(algo)],
+        controls["algo"],
+        form_inputs,
+        **PRIVATE,
+    )
     # A message about the form (an error, "Filled the form ...") goes stale once a field is
     # edited: cleared in the browser, no server round trip.
     for form_field in FORM_FIELDS:
@@ -170,30 +192,50 @@ def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, mess
             controls[form_field.key].input(None, None, message, js="() => ''", **PRIVATE)
     form.load_run_button.click(handlers.on_load_run_settings, run_box, [*form_inputs, message], **PRIVATE)
     form.load_yaml_button.click(handlers.on_load_yaml, form.yaml_box, [*form_inputs, message], **PRIVATE)
-    form.upload_yaml_button.upload(handlers.on_upload_yaml, form.upload_yaml_button,
-                                   [form.yaml_box, *form_inputs, message], **PRIVATE)
-    form.export_yaml_button.click(handlers.on_export_yaml, form_inputs, [form.yaml_box, form.export_file, message],
-                                  **PRIVATE)
+    form.upload_yaml_button.upload(
+        handlers.on_upload_yaml, form.upload_yaml_button, [form.yaml_box, *form_inputs, message], **PRIVATE
+    )
+    form.export_yaml_button.click(
+        handlers.on_export_yaml, form_inputs, [form.yaml_box, form.export_file, message], **PRIVATE
+    )
 
 
-def _form_component(form_field: FormField, value: Any, devices: Sequence[str], env_choices: Sequence[str]):
-    """The control for one config key: its kind's component, labelled with the key and its help."""
+def _form_component(
+    form_field: FormField, value: Any, devices: Sequence[str], env_choices: Sequence[str], visible: bool = True
+):
+    """The control for one config key: its kind's component, labelled with the key and its help
+    (an Advanced one hidden while another algorithm than its own is chosen)."""
     label, info = form_field.key, form_field.help
     elem_id = "field-" + form_field.key.replace(".", "-").replace("_", "-")
-    small = {} if form_field.basic else {"min_width": 100}
+    small = {} if form_field.basic else {"min_width": 100, "visible": visible}
     if form_field.key == "env_name":
         return gr.Dropdown(
-            env_choices, value=value, label="environment (env_name)", allow_custom_value=True,
-            info="A built-in game, or type any Gymnasium id (e.g. Acrobot-v1)", elem_id=elem_id,
+            env_choices,
+            value=value,
+            label="environment (env_name)",
+            allow_custom_value=True,
+            info="A built-in game, or type any Gymnasium id (e.g. Acrobot-v1)",
+            elem_id=elem_id,
         )
     if form_field.key == "device":
-        return gr.Dropdown(list(devices), value=value, label=label, allow_custom_value=True,
-                           info="auto: the GPU when there is one, else the CPU", elem_id=elem_id)
+        return gr.Dropdown(
+            list(devices),
+            value=value,
+            label=label,
+            allow_custom_value=True,
+            info="auto: the GPU when there is one, else the CPU",
+            elem_id=elem_id,
+        )
     if form_field.key == "nproc_per_node":
         label = "processes (nproc_per_node)"
     if form_field.key == "model_type":
-        return gr.Dropdown(list(form_field.choices), value=value, label="model (model_type)",
-                           info="Policy network size; ppo-cnn for image observations", elem_id=elem_id)
+        return gr.Dropdown(
+            list(form_field.choices),
+            value=value,
+            label="model (model_type)",
+            info="Policy network size; ppo-cnn for image observations",
+            elem_id=elem_id,
+        )
     if form_field.kind == "bool":
         return gr.Checkbox(value=bool(value), label=label, info=info, elem_id=elem_id, **small)
     if form_field.kind == "choice":
@@ -202,5 +244,6 @@ def _form_component(form_field: FormField, value: Any, devices: Sequence[str], e
         return gr.Number(value=value, label=label, info=info, precision=0, elem_id=elem_id, **small)
     if form_field.kind == "float":
         return gr.Number(value=value, label=label, info=info, elem_id=elem_id, **small)
-    return gr.Textbox(value=value, label=label, info=info, elem_id=elem_id, placeholder="YAML, e.g. {key: value}",
-                      **small)
+    return gr.Textbox(
+        value=value, label=label, info=info, elem_id=elem_id, placeholder="YAML, e.g. {key: value}", **small
+    )

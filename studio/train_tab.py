@@ -26,8 +26,9 @@ class TrainTab(FormHandlers, RunViewHandlers):
         """Timer tick of the live view: the run's state, charts, GIF, log, files, machine load, nodes.
         Also what a change of the chart's controls calls: a changed option redraws the charts."""
         run = self._snapshot(run_id)
-        updates, viewed = self.render_run(run, [], viewed, with_log=True,
-                                          chart=ChartOptions.from_controls(*chart_controls))
+        updates, viewed = self.render_run(
+            run, [], viewed, with_log=True, chart=ChartOptions.from_controls(*chart_controls)
+        )
         active = run is not None and run.is_active
         can_stop = active and run.status != "stopping"
         stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
@@ -53,8 +54,12 @@ class TrainTab(FormHandlers, RunViewHandlers):
         except USER_ERRORS as error:
             gr.Warning(str(error).splitlines()[0])
             return bold_message(error), gr.skip(), gr.skip(), gr.skip()
-        return (f"Started **{state.run_id}**.{self.join_note(state.run_id)}", state.run_id, gr.Timer(active=True),
-                self.join_state(state.run_id))
+        return (
+            f"Started **{state.run_id}**.{self.join_note(state.run_id)}",
+            state.run_id,
+            gr.Timer(active=True),
+            self.join_state(state.run_id),
+        )
 
     def on_follow_run(self, picked: str | None, shown: str | None):
         """After Open / Resume on the Runs tab: the form takes the run the Train tab now shows,
@@ -118,8 +123,7 @@ def build_train_tab(default_values: dict[str, Any], devices, env_choices) -> Tra
     return TrainPanel(tab, start_button, stop_button, message, form, run_box, live, cluster_panel, system_plot)
 
 
-def wire_train_tab(handlers: TrainTab, panel: TrainPanel, demo: gr.Blocks, timer: gr.Timer,
-                   viewed: gr.State) -> None:
+def wire_train_tab(handlers: TrainTab, panel: TrainPanel, demo: gr.Blocks, timer: gr.Timer, viewed: gr.State) -> None:
     """The Train tab's events: `timer` polls the live view, `viewed` is what this session has drawn."""
     form_inputs = panel.form.inputs
     live_outputs = [*panel.live.outputs, panel.system_plot, panel.stop_button, panel.cluster_panel, timer, viewed]

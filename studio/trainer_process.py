@@ -101,8 +101,16 @@ def stoppable_trainer(owner: RunOwner) -> bool:
     return "python" in command.lower() and ("trainer" in command or "multiprocessing" in command)
 
 
-def start_trainer(context, state: RunState, resume: bool, join: WorkerJoin | None, target: TrainerTarget | None,
-                  cluster_host: str, cluster_port: int, allow_custom_envs: bool) -> ActiveRun:
+def start_trainer(
+    context,
+    state: RunState,
+    resume: bool,
+    join: WorkerJoin | None,
+    target: TrainerTarget | None,
+    cluster_host: str,
+    cluster_port: int,
+    allow_custom_envs: bool,
+) -> ActiveRun:
     """Start the trainer process of `state`'s run from `context` (a multiprocessing context):
     `run_training`, or for several ranks or machines `run_launched` (the elastic launcher, as the
     CLI's --nproc / master). `target`: a test's stand-in trainer, given the plain arguments."""
@@ -110,8 +118,12 @@ def start_trainer(context, state: RunState, resume: bool, join: WorkerJoin | Non
     if join is not None:
         options = dict(host=cluster_host, port=cluster_port, token=join.token, allow_custom_envs=allow_custom_envs)
     elif launcher_shape(state.config)[0] > 1:
-        options = dict(host="127.0.0.1", port=0, token=None,   # one machine: loopback, a free port
-                       allow_custom_envs=allow_custom_envs)
+        options = dict(
+            host="127.0.0.1",
+            port=0,
+            token=None,  # one machine: loopback, a free port
+            allow_custom_envs=allow_custom_envs,
+        )
     if target is not None:
         options = {}  # a test's stand-in trainer takes the plain arguments
     elif options:

@@ -26,8 +26,8 @@ from trainer.cluster.nodes import DEFAULT_PORT
 
 __all__ = ["build_app", "launch", "launch_options"]
 
-SESSION_CAPACITY = 200        # browser sessions whose state Gradio keeps (Gradio's default: 10,000)
-SESSION_SECONDS = 6 * 3600    # a tab's state is dropped this long after its last update
+SESSION_CAPACITY = 200  # browser sessions whose state Gradio keeps (Gradio's default: 10,000)
+SESSION_SECONDS = 6 * 3600  # a tab's state is dropped this long after its last update
 
 CSS = """
 .gradio-container {max-width: 1500px !important}
@@ -79,8 +79,13 @@ CSS = """
 # ----------------------------------------------------------------------------- the page
 
 
-def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds: float = 1.0,
-              monitor: SystemMonitor | None = None, scratch: ScratchFolder | None = None) -> gr.Blocks:
+def build_app(
+    manager: RunManager,
+    allow_custom_envs: bool = False,
+    poll_seconds: float = 1.0,
+    monitor: SystemMonitor | None = None,
+    scratch: ScratchFolder | None = None,
+) -> gr.Blocks:
     """The studio's page over `manager`: the tabs laid out, then wired to one `Studio`."""
     studio = Studio(manager, allow_custom_envs, monitor, poll_seconds, scratch=scratch)
     default_values = dict(zip((f.key for f in FORM_FIELDS), form_values(tuned_config(DEFAULT_ENV))))
@@ -106,10 +111,20 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
         wire_train_tab(studio, train, demo, timer, live_viewed)
         # Open and Resume on the Runs tab switch to the Train tab showing that run, and the form
         # follows it (form and live view never disagree).
-        follow_run = dict(fn=studio.on_follow_run, inputs=[runs.run_picker, train.run_box],
-                          outputs=[*train.form.inputs, train.message])
-        runs_events = wire_runs_tab(studio, runs, poll_seconds, [train.run_box, timer, live_viewed, tabs],
-                                    follow_run, evaluate.run, SESSION_SECONDS)
+        follow_run = dict(
+            fn=studio.on_follow_run,
+            inputs=[runs.run_picker, train.run_box],
+            outputs=[*train.form.inputs, train.message],
+        )
+        runs_events = wire_runs_tab(
+            studio,
+            runs,
+            poll_seconds,
+            [train.run_box, timer, live_viewed, tabs],
+            follow_run,
+            evaluate.run,
+            SESSION_SECONDS,
+        )
         wire_evaluate_tab(studio, evaluate, runs_events)
         for leave in (train.tab.select, watch_tab.select):
             leave(**runs_events.hide, **PRIVATE)
@@ -118,8 +133,9 @@ def build_app(manager: RunManager, allow_custom_envs: bool = False, poll_seconds
     return demo
 
 
-def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_paths: list[str],
-                   max_upload_size: str | int) -> dict:
+def launch_options(
+    host: str, port: int, auth: tuple[str, str] | None, allowed_paths: list[str], max_upload_size: str | int
+) -> dict:
     """Blocks.launch keywords: files served only from the runs folder, bounded session state and
     uploads, failed logins (page and /metrics) throttled per client address and user name."""
     from starlette.middleware import Middleware
@@ -128,10 +144,19 @@ def launch_options(host: str, port: int, auth: tuple[str, str] | None, allowed_p
     from studio.uploads import UploadLimit, parse_size
 
     max_bytes = parse_size(max_upload_size)
-    return dict(server_name=host, server_port=port, auth=auth, css=CSS, theme=gr.themes.Soft(),
-                allowed_paths=allowed_paths, max_file_size=max_bytes, footer_links=["api"],
-                show_error=False, state_session_capacity=SESSION_CAPACITY,
-                app_kwargs={"middleware": [Middleware(LoginThrottle), Middleware(UploadLimit, max_bytes=max_bytes)]})
+    return dict(
+        server_name=host,
+        server_port=port,
+        auth=auth,
+        css=CSS,
+        theme=gr.themes.Soft(),
+        allowed_paths=allowed_paths,
+        max_file_size=max_bytes,
+        footer_links=["api"],
+        show_error=False,
+        state_session_capacity=SESSION_CAPACITY,
+        app_kwargs={"middleware": [Middleware(LoginThrottle), Middleware(UploadLimit, max_bytes=max_bytes)]},
+    )
 
 
 def startup_line(url: str, runs_dir) -> str:
@@ -139,18 +164,31 @@ def startup_line(url: str, runs_dir) -> str:
     return f"RL Studio is running on {url} (runs folder: {runs_dir}). Press Ctrl-C to stop it."
 
 
-def launch(host: str = "127.0.0.1", port: int = 7860, runs_dir: str = "runs",
-           auth: tuple[str, str] | None = None, max_concurrent_runs: int = 2,
-           allow_custom_envs: bool = False, poll_seconds: float = 1.0, max_upload_size: str | int = DEFAULT_MAX_UPLOAD,
-           cluster_host: str = "127.0.0.1", cluster_port: int = DEFAULT_PORT,
-           scratch: ScratchFolder | None = None) -> None:
+def launch(
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    runs_dir: str = "runs",
+    auth: tuple[str, str] | None = None,
+    max_concurrent_runs: int = 2,
+    allow_custom_envs: bool = False,
+    poll_seconds: float = 1.0,
+    max_upload_size: str | int = DEFAULT_MAX_UPLOAD,
+    cluster_host: str = "127.0.0.1",
+    cluster_port: int = DEFAULT_PORT,
+    scratch: ScratchFolder | None = None,
+) -> None:
     """Build the studio and serve it until Ctrl-C; running trainers are then stopped (saving models).
     scratch: the studio's scratch folder, when the caller made it (and pointed Gradio's uploads into
     it) before importing gradio, as app.py does."""
     scratch = scratch or ScratchFolder()
     keep_uploads_in(scratch)  # before the page is built: each component reads GRADIO_TEMP_DIR when made
-    manager = RunManager(runs_dir, max_concurrent_runs=max_concurrent_runs, allow_custom_envs=allow_custom_envs,
-                         cluster_host=cluster_host, cluster_port=cluster_port)
+    manager = RunManager(
+        runs_dir,
+        max_concurrent_runs=max_concurrent_runs,
+        allow_custom_envs=allow_custom_envs,
+        cluster_host=cluster_host,
+        cluster_port=cluster_port,
+    )
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds, scratch=scratch)
     demo.queue(default_concurrency_limit=4)
     from studio.score import preload_in_background

@@ -9,6 +9,7 @@ too, since one request may carry a thousand files, and the folder as a whole: pa
 `FOLDER_UPLOADS` uploads' worth, the oldest uploads (over a minute old) make room, and a request
 that still does not fit gets 507.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,10 +23,10 @@ from studio.scratch import ScratchFolder
 DEFAULT_MAX_UPLOAD = "200mb"
 _UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|mb|gb)\s*$", re.IGNORECASE)
-FORM_SLACK = 64 * 1024   # multipart headers and boundaries around the file bytes
+FORM_SLACK = 64 * 1024  # multipart headers and boundaries around the file bytes
 DRAIN_BYTES = 32 * 1024**2  # of a refused upload, read and dropped so that the client sees the refusal
-FOLDER_UPLOADS = 10         # the upload folder holds at most this many largest uploads
-IN_USE_SECONDS = 60         # an upload younger than this may still be read by a callback: never removed
+FOLDER_UPLOADS = 10  # the upload folder holds at most this many largest uploads
+IN_USE_SECONDS = 60  # an upload younger than this may still be read by a callback: never removed
 
 
 def parse_size(text: str | int) -> int:
@@ -34,8 +35,9 @@ def parse_size(text: str | int) -> int:
         return text
     match = _SIZE.match(str(text))
     if not match or int(match.group(1)) < 1:
-        raise ValueError(f"--max-upload-size expects a size such as 200mb, 50mb or 1gb (units b, kb, mb, gb), "
-                         f"got {text!r}")
+        raise ValueError(
+            f"--max-upload-size expects a size such as 200mb, 50mb or 1gb (units b, kb, mb, gb), got {text!r}"
+        )
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
@@ -60,7 +62,7 @@ def keep_uploads_in(scratch: ScratchFolder) -> Path:
     return Path(os.environ["GRADIO_TEMP_DIR"])
 
 
-_OWNED: Path | None = None   # the upload folder this process's studio made (and so may prune)
+_OWNED: Path | None = None  # the upload folder this process's studio made (and so may prune)
 
 
 class UploadLimit:
@@ -71,7 +73,7 @@ class UploadLimit:
     def __init__(self, app, max_bytes: int, folder: str | Path | None = None):
         self.app = app
         self.max_bytes = max_bytes
-        self.folder = Path(folder) if folder else _OWNED   # None: an operator's folder, theirs to clean
+        self.folder = Path(folder) if folder else _OWNED  # None: an operator's folder, theirs to clean
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "").rstrip("/") if scope.get("type") == "http" else ""
@@ -82,13 +84,23 @@ class UploadLimit:
         if not length.isdigit():
             refusal = JSONResponse({"detail": "An upload must state its size (Content-Length)."}, status_code=411)
         elif int(length) > self.max_bytes + FORM_SLACK:
-            refusal = JSONResponse({"detail": f"This upload is {int(length) / 1024**2:.1f} MB; the studio accepts "
-                                              f"at most {human_size(self.max_bytes)} per upload (python app.py "
-                                              f"--max-upload-size)."}, status_code=413)
+            refusal = JSONResponse(
+                {
+                    "detail": f"This upload is {int(length) / 1024**2:.1f} MB; the studio accepts "
+                    f"at most {human_size(self.max_bytes)} per upload (python app.py "
+                    f"--max-upload-size)."
+                },
+                status_code=413,
+            )
         elif self.folder is not None and not make_room(self.folder, int(length), FOLDER_UPLOADS * self.max_bytes):
-            refusal = JSONResponse({"detail": f"The studio's upload folder is full ({FOLDER_UPLOADS} uploads of "
-                                              f"{human_size(self.max_bytes)} arrived within the last minute); try "
-                                              f"again in a minute."}, status_code=507)
+            refusal = JSONResponse(
+                {
+                    "detail": f"The studio's upload folder is full ({FOLDER_UPLOADS} uploads of "
+                    f"{human_size(self.max_bytes)} arrived within the last minute); try "
+                    f"again in a minute."
+                },
+                status_code=507,
+            )
         else:
             await self.app(scope, receive, send)
             return

@@ -11,8 +11,8 @@ import html
 import io
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from studio.runs import GifInfo, RunSnapshot
 from studio.score import format_count, format_number, game_score
@@ -24,11 +24,27 @@ from trainer.run.layout import events_path, log_path, metrics_csv_path
 from trainer.run.retention import run_size_bytes
 
 METRIC_COLUMNS = csv_columns()  # metrics.csv's columns: the metric registry, trainer/config/metrics.py
-RUNS_TABLE_HEADERS = ["run", "name", "env", "model", "status", "steps", "score", "best return", "last return",
-                      "wall time", "disk (MiB)"]
+RUNS_TABLE_HEADERS = [
+    "run",
+    "name",
+    "env",
+    "model",
+    "status",
+    "steps",
+    "score",
+    "best return",
+    "last return",
+    "wall time",
+    "disk (MiB)",
+]
 STATUS_LABELS = {
-    "starting": "starting…", "running": "training", "stopping": "stopping… (saving the model)",
-    "finished": "finished", "stopped": "stopped", "failed": "failed", "interrupted": "interrupted",
+    "starting": "starting…",
+    "running": "training",
+    "stopping": "stopping… (saving the model)",
+    "finished": "finished",
+    "stopped": "stopped",
+    "failed": "failed",
+    "interrupted": "interrupted",
 }
 
 
@@ -124,12 +140,15 @@ def runs_table(rows: Sequence[list]):
     import pandas as pd
 
     frame = pd.DataFrame([list(row) for row in rows], columns=RUNS_TABLE_HEADERS)
-    return frame.style.format({
-        "steps": format_count,
-        "best return": format_number,
-        "last return": format_number,
-        "disk (MiB)": "{:.2f}".format,
-    }, na_rep="–")
+    return frame.style.format(
+        {
+            "steps": format_count,
+            "best return": format_number,
+            "last return": format_number,
+            "disk (MiB)": "{:.2f}".format,
+        },
+        na_rep="–",
+    )
 
 
 def _rounded(value: float | None) -> float | None:
@@ -143,8 +162,14 @@ def gif_caption(gif: GifInfo | None, env_name: str | None = None) -> str:
     if gif is None:
         return "Rollout: the first GIF comes right after the first update."
     score = game_score(env_name)
-    shown = clip_caption(gif.steps_shown, gif.episode_steps, gif.episode_ended, gif.episode_return,
-                         None if score.is_return else gif.episode_score, score.unit)
+    shown = clip_caption(
+        gif.steps_shown,
+        gif.episode_steps,
+        gif.episode_ended,
+        gif.episode_return,
+        None if score.is_return else gif.episode_score,
+        score.unit,
+    )
     return f"Rollout at step {gif.step:,}" + (f": {shown}" if shown else "")
 
 
@@ -169,8 +194,7 @@ def log_text(run: RunSnapshot, lines: int = 80, max_bytes: int = 32_000) -> str:
 def log_html(text: str) -> str:
     """The log in a box that stays scrolled to its newest line (column-reverse keeps the bottom)."""
     body = html.escape(text) if text else "The trainer's log appears here."
-    return (f'<div class="log-title">Training log</div>'
-            f'<div class="log-box"><pre>{body}</pre></div>')
+    return f'<div class="log-title">Training log</div><div class="log-box"><pre>{body}</pre></div>'
 
 
 def log_identity(run: RunSnapshot) -> tuple:
@@ -182,8 +206,7 @@ def log_identity(run: RunSnapshot) -> tuple:
     return (run.run_id, stat.st_size, stat.st_mtime_ns, len(troubles(run)))  # a new warning is a new log line
 
 
-def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
-               total_timesteps: object = None) -> str:
+def batch_note(num_envs: object, num_steps: object, mini_batch_size: object, total_timesteps: object = None) -> str:
     """What num_envs, num_steps, mini_batch_size and total_timesteps add up to, under the form,
     with thousands separators (the number boxes show `20000000`)."""
     try:
@@ -215,6 +238,7 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object,
 def write_metrics_csv(run: RunSnapshot) -> str:
     """Write `<run_dir>/metrics.csv` (atomically) from every metrics event in metrics.jsonl (the
     studio's in-memory curve is downsampled); streamed, so a long run's file is never held whole."""
+
     def write(file) -> None:
         text = io.TextIOWrapper(file, encoding="utf-8", newline="")
         writer = csv.DictWriter(text, fieldnames=METRIC_COLUMNS, extrasaction="ignore", lineterminator="\n")
@@ -229,7 +253,9 @@ def write_metrics_csv(run: RunSnapshot) -> str:
                     except json.JSONDecodeError:  # a torn last line
                         continue
                     if isinstance(event, dict) and event.get("type") == "metrics":
-                        writer.writerow({key: "" if event.get(key) is None else event.get(key) for key in METRIC_COLUMNS})
+                        writer.writerow(
+                            {key: "" if event.get(key) is None else event.get(key) for key in METRIC_COLUMNS}
+                        )
         except OSError:
             pass  # no metrics.jsonl yet: the header alone
         text.flush()

@@ -7,12 +7,13 @@ pure function of the run's metrics history, so a warning is shown once per episo
 (the update it began at), whatever the number of polls or open tabs. Long runs' histories are
 downsampled (studio/history.py): there a streak counts the kept points.
 """
+
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from studio.history import RunSnapshot
 from trainer.serving.metrics_export import DEFAULT_FALLING_UPDATES, falling_streaks, nonfinite_losses
@@ -22,8 +23,8 @@ STEP_IN_LINE = re.compile(r"\[STEP (\d+)\]")
 
 @dataclass(frozen=True)
 class Trouble:
-    kind: str      # "return_falling" or "loss_not_finite"
-    step: int      # the update at which this episode of trouble began
+    kind: str  # "return_falling" or "loss_not_finite"
+    step: int  # the update at which this episode of trouble began
     message: str
     ongoing: bool  # still true at the latest update
 
@@ -47,17 +48,32 @@ def troubles(run: RunSnapshot) -> list[Trouble]:
     for point, streak in zip(points, streaks):
         step = int(point.get("step") or 0)
         if streak == needed:
-            found.append(Trouble("return_falling", step, f"the mean return has fallen for {needed} consecutive "
-                                 f"updates (now {_number(point.get('recent_return_mean'))})", False))
+            found.append(
+                Trouble(
+                    "return_falling",
+                    step,
+                    f"the mean return has fallen for {needed} consecutive "
+                    f"updates (now {_number(point.get('recent_return_mean'))})",
+                    False,
+                )
+            )
         bad_before, bad = bad, nonfinite_losses(point)
         if bad and not bad_before:
-            found.append(Trouble("loss_not_finite", step, f"{', '.join(bad)} not finite (NaN or infinite): the "
-                                 f"update diverged; lower learning_rate, then resume from a checkpoint", False))
+            found.append(
+                Trouble(
+                    "loss_not_finite",
+                    step,
+                    f"{', '.join(bad)} not finite (NaN or infinite): the "
+                    f"update diverged; lower learning_rate, then resume from a checkpoint",
+                    False,
+                )
+            )
     # Only the latest episode of each kind can still be going on.
     ongoing = {"return_falling": streaks[-1] >= needed, "loss_not_finite": bool(bad)}
     latest = {trouble.kind: index for index, trouble in enumerate(found)}
-    return [Trouble(t.kind, t.step, t.message, ongoing[t.kind] and latest[t.kind] == index)
-            for index, t in enumerate(found)]
+    return [
+        Trouble(t.kind, t.step, t.message, ongoing[t.kind] and latest[t.kind] == index) for index, t in enumerate(found)
+    ]
 
 
 def _number(value: object) -> str:
@@ -67,9 +83,12 @@ def _number(value: object) -> str:
 def warning_banner(run: RunSnapshot) -> str:
     """HTML for the run's status box: one line per trouble that holds at the latest update."""
     current = [trouble for trouble in troubles(run) if trouble.ongoing]
-    return "".join(f'<div class="run-warning" style="background:#fff4e5;border-left:4px solid #f59e0b;'
-                   f'padding:4px 8px;margin-top:6px">⚠ since step {trouble.step:,}: {html.escape(trouble.message)}'
-                   f'</div>' for trouble in current)
+    return "".join(
+        f'<div class="run-warning" style="background:#fff4e5;border-left:4px solid #f59e0b;'
+        f'padding:4px 8px;margin-top:6px">⚠ since step {trouble.step:,}: {html.escape(trouble.message)}'
+        f"</div>"
+        for trouble in current
+    )
 
 
 def log_with_warnings(lines: Sequence[str], run: RunSnapshot) -> list[str]:

@@ -9,6 +9,7 @@ browser as JPEG in a streamed HTML component, paced at the game's frame rate
 tab closes or Stop is pressed). One torch thread and small JPEGs keep the cost to a few percent
 of one core, so a training run beside it keeps its speed (benchmarks/watch_overhead.py).
 """
+
 from __future__ import annotations
 
 import base64
@@ -16,21 +17,20 @@ import html
 import io
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import gradio as gr  # at module level: Gradio reads the handlers' `gr.Request` hints from these globals
-
 import numpy as np
 
 from studio.scratch import ScratchFolder
-from trainer.config.keys import CodePermissionError, require_code_permission
+from trainer.config.permissions import CodePermissionError, require_code_permission
 
-RELOAD_SECONDS = 5.0      # how often a newer checkpoint is looked for
-MAX_FPS = 60              # games faster than this are shown at this rate
+RELOAD_SECONDS = 5.0  # how often a newer checkpoint is looked for
+MAX_FPS = 60  # games faster than this are shown at this rate
 JPEG_QUALITY = 80
-MAX_SERVERS = 4           # policy servers the studio starts (each holds a port and a model)
+MAX_SERVERS = 4  # policy servers the studio starts (each holds a port and a model)
 
 
 class WatchError(Exception):
@@ -71,21 +71,30 @@ class LivePlayer:
         try:
             self.model_path = resolve_model_path(self.run_dir)
         except ExportError:
-            raise WatchError(f"Run {self.run_dir.name} has no model yet: wait for its first checkpoint "
-                             f"(checkpoint.interval) or its end.") from None
+            raise WatchError(
+                f"Run {self.run_dir.name} has no model yet: wait for its first checkpoint "
+                f"(checkpoint.interval) or its end."
+            ) from None
         self.model = self._load(self.model_path)
         self.model_mtime = self.model_path.stat().st_mtime
         config = self.model.config
         try:
-            require_code_permission(config, allow_custom_envs, self.model_path.name,
-                                    "`python app.py --allow-custom-envs`")
+            require_code_permission(
+                config, allow_custom_envs, self.model_path.name, "`python app.py --allow-custom-envs`"
+            )
         except CodePermissionError as error:
             raise WatchError(f"This run's environment cannot be loaded here: {error}") from None
         from envs import make_vec_env
 
         try:
-            self.env = make_vec_env(config["env_name"], 1, device="cpu", seed=seed,
-                                    wrappers=config.get("wrappers") or None, **config.get("env_kwargs", {}))
+            self.env = make_vec_env(
+                config["env_name"],
+                1,
+                device="cpu",
+                seed=seed,
+                wrappers=config.get("wrappers") or None,
+                **config.get("env_kwargs", {}),
+            )
         except Exception as error:  # noqa: BLE001 - a broken env: say so, do not crash the tab
             raise WatchError(f"Could not make {config.get('env_name')!r}: {type(error).__name__}: {error}") from None
         self.fps = float(min(MAX_FPS, max(1, (getattr(self.env, "metadata", {}) or {}).get("render_fps") or 30)))
@@ -127,9 +136,16 @@ class LivePlayer:
             self.maybe_reload()
         frame = self.env.render(0)
         score = float(self.env.game_score()[0])
-        shown = WatchFrame(jpeg=encode_jpeg(frame), score=score, episode_return=self.episode_return,
-                           episode=self.episode, best_score=max(self.best_score, score),
-                           model_step=self.model.global_step, model_name=self.model_path.name, fps=self.fps)
+        shown = WatchFrame(
+            jpeg=encode_jpeg(frame),
+            score=score,
+            episode_return=self.episode_return,
+            episode=self.episode,
+            best_score=max(self.best_score, score),
+            model_step=self.model.global_step,
+            model_name=self.model_path.name,
+            fps=self.fps,
+        )
         with torch.no_grad():
             action = self.model.predict(self.obs, deterministic=True)[0]
             self.obs, reward, terminated, truncated, _ = self.env.step(torch.as_tensor(action))
@@ -210,15 +226,19 @@ def stream_frames(player: LivePlayer) -> Iterator[WatchFrame]:
 
 def frame_html(frame: WatchFrame | None, message: str = "") -> str:
     if frame is None:
-        return (f'<div id="watch-view" class="watch-idle"><p>{html.escape(message or "Pick a run and press Watch.")}'
-                f'</p></div>')
+        return (
+            f'<div id="watch-view" class="watch-idle"><p>{html.escape(message or "Pick a run and press Watch.")}'
+            f"</p></div>"
+        )
     source = base64.b64encode(frame.jpeg).decode()
     best = "" if not np.isfinite(frame.best_score) else f" · best <b>{frame.best_score:g}</b>"
-    return (f'<div id="watch-view"><img id="watch-frame" alt="the agent playing" '
-            f'src="data:image/jpeg;base64,{source}" style="max-width:100%;image-rendering:pixelated">'
-            f'<div id="watch-score">Score <b class="watch-score-value">{frame.score:g}</b> · return '
-            f'{frame.episode_return:.1f} · episode {frame.episode}{best} · {frame.fps:g} fps · model '
-            f'{html.escape(frame.model_name)} (step {frame.model_step:,})</div></div>')
+    return (
+        f'<div id="watch-view"><img id="watch-frame" alt="the agent playing" '
+        f'src="data:image/jpeg;base64,{source}" style="max-width:100%;image-rendering:pixelated">'
+        f'<div id="watch-score">Score <b class="watch-score-value">{frame.score:g}</b> · return '
+        f"{frame.episode_return:.1f} · episode {frame.episode}{best} · {frame.fps:g} fps · model "
+        f"{html.escape(frame.model_name)} (step {frame.model_step:,})</div></div>"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,9 +296,11 @@ class PolicyServers:
 
 
 def server_message(url: str, run_id: str) -> str:
-    return (f"Policy server for **{run_id}** at `{url}` (this machine only).\n\n"
-            f"```\ncurl -s {url}/v1/model\ncurl -s -X POST {url}/v1/act -H 'Content-Type: application/json' "
-            f"-d '{{\"obs\": [...], \"deterministic\": true}}'\n```")
+    return (
+        f"Policy server for **{run_id}** at `{url}` (this machine only).\n\n"
+        f"```\ncurl -s {url}/v1/model\ncurl -s -X POST {url}/v1/act -H 'Content-Type: application/json' "
+        f'-d \'{{"obs": [...], "deterministic": true}}\'\n```'
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +326,7 @@ def build_watch_tab(manager, allow_custom_envs: bool, scratch: ScratchFolder, ta
             raise WatchError("Pick a run first.")
         return manager.run_dir(run_id)
 
-    stopped_sessions: set[str] = set()   # Stop pressed: the session's stream ends at its next frame
+    stopped_sessions: set[str] = set()  # Stop pressed: the session's stream ends at its next frame
 
     def watch(run_id: str | None, request: gr.Request):
         session = getattr(request, "session_hash", None) or ""
@@ -334,8 +356,10 @@ def build_watch_tab(manager, allow_custom_envs: bool, scratch: ScratchFolder, ta
             path = export_run_onnx(run_dir_of(run_id), scratch)
         except (WatchError, ValueError) as error:
             return gr.DownloadButton(visible=False), f"Could not export: {error}"
-        return (gr.DownloadButton(f"Download {path.name}", value=str(path), visible=True, interactive=True),
-                f"Exported **{path.name}**: input `obs` (batch, ...) raw observations, output `action`.")
+        return (
+            gr.DownloadButton(f"Download {path.name}", value=str(path), visible=True, interactive=True),
+            f"Exported **{path.name}**: input `obs` (batch, ...) raw observations, output `action`.",
+        )
 
     def on_start_server(run_id: str | None) -> str:
         try:
@@ -364,8 +388,9 @@ def build_watch_tab(manager, allow_custom_envs: bool, scratch: ScratchFolder, ta
     if tab is not None:
         tab.select(run_choices, run_picker, run_picker, **private)
     # Its own queue lane: a watcher holds its worker for as long as it watches.
-    watching = watch_button.click(watch, run_picker, view, show_progress="hidden", concurrency_limit=4,
-                                  concurrency_id="watch", **private)
+    watching = watch_button.click(
+        watch, run_picker, view, show_progress="hidden", concurrency_limit=4, concurrency_id="watch", **private
+    )
     # Stop does not wait in the queue behind busy workers: it marks the session, and the stream
     # ends at its next frame (cancels= as well, for a stream that is between frames).
     stop_button.click(on_stop, None, view, cancels=[watching], queue=False, **private)

@@ -3,6 +3,7 @@
 RL_STUDIO_TEST_DEVICE=cuda runs the device-aware tests on a GPU (benchmarks/gpu_check.sh does);
 the default is the CPU.
 """
+
 import os
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")

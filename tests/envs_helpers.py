@@ -2,6 +2,7 @@
 
 They are loaded by entry point (`envs_helpers:ScoringEnv`), the way a user's own code would be.
 """
+
 from __future__ import annotations
 
 import gymnasium

@@ -1,6 +1,7 @@
 """The Python API (trainer/api.py): PPO("cartpole").learn(...) learns, continues, saves, loads,
 plays; Gymnasium factories train; callbacks stop; nothing is written without a run_dir; bad
 keywords name the key. Also train() validating a hand-built TrainConfig."""
+
 import os
 
 import gymnasium
@@ -10,12 +11,13 @@ import torch
 
 from trainer import A2C, PPO, ConfigError, TrainConfig, load_model, train
 
-LEARN_STEPS = 122_880   # 30 updates of the shipped CartPole config (128 envs x 32 steps)
+LEARN_STEPS = 122_880  # 30 updates of the shipped CartPole config (128 envs x 32 steps)
 
 
 def _files_under(folder) -> list[str]:
-    return sorted(os.path.relpath(os.path.join(root, name), folder)
-                  for root, _, names in os.walk(folder) for name in names)
+    return sorted(
+        os.path.relpath(os.path.join(root, name), folder) for root, _, names in os.walk(folder) for name in names
+    )
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +32,9 @@ def trained():
 
 def test_ppo_learns_cartpole_from_the_shipped_config(trained):
     model, returns = trained
-    assert model.config.learning_rate == 4e-3 and model.config.num_envs == 128   # configs/cartpole.yaml
+    assert model.config.learning_rate == 4e-3 and model.config.num_envs == 128  # configs/cartpole.yaml
     assert model.num_timesteps == LEARN_STEPS
-    assert returns[-1] > 150, returns[-5:]        # random play: about 22; the 12 seeds tried reach 155-500
+    assert returns[-1] > 150, returns[-5:]  # random play: about 22; the 12 seeds tried reach 155-500
 
 
 def test_learn_again_continues_where_it_stopped(trained):
@@ -40,7 +42,7 @@ def test_learn_again_continues_where_it_stopped(trained):
     before, update_before = model.num_timesteps, model.last_metrics["update"]
     more = []
     model.learn(total_timesteps=20_000, callback=lambda metrics, _: more.append(metrics))
-    assert model.num_timesteps == before + 5 * 4096               # 20_000 rounded up to whole updates
+    assert model.num_timesteps == before + 5 * 4096  # 20_000 rounded up to whole updates
     assert [m["update"] for m in more] == list(range(update_before + 1, update_before + 6))
     assert more[0]["episodes"] > 0 and more[-1]["recent_return_mean"] > 0.5 * returns[-1]
 
@@ -57,7 +59,7 @@ def test_save_load_predict_round_trip(trained, tmp_path):
         one, _ = loaded.predict(obs[0], deterministic=True)
         assert one == actions[0]
     assert np.array_equal(load_model(path).predict(obs, deterministic=True)[0], actions)
-    raw = torch.load(path, weights_only=True)          # plain tensors and values only
+    raw = torch.load(path, weights_only=True)  # plain tensors and values only
     assert raw["format"] == "rl-studio" and raw["config"]["env_name"] == "cartpole"
 
 
@@ -77,13 +79,14 @@ def test_a_gymnasium_env_factory_trains():
         model.learn(total_timesteps=1024, callback=lambda metrics, _: seen.append(metrics))
         assert model.num_timesteps == 1024 and len(seen) == 4
         assert sum(m["episodes_this_update"] for m in seen) > 0
-        assert model.config.env_name == "CartPole-v1"      # what the saved model says it played
+        assert model.config.env_name == "CartPole-v1"  # what the saved model says it played
         assert model.predict(np.zeros(4, dtype=np.float32), deterministic=True)[0] in (0, 1)
 
 
 def test_an_env_factory_with_workers_runs_in_the_pool_and_trains_the_same():
     """num_workers > 1 sends the factory (a lambda: cloudpickle) to worker processes; the pool
     changes where the envs step, not what they do, so the weights match the in-process run."""
+
     def make():
         return gymnasium.make("CartPole-v1")
 
@@ -189,18 +192,35 @@ def test_a2c_trains_and_is_loaded_as_a2c(tmp_path):
         assert loaded.config.update_epochs == 1
 
 
+def test_every_registered_algorithm_has_a_class_and_model_load_picks_it(tmp_path):
+    from trainer import api_class
+    from trainer.api import Model
+
+    assert api_class("ppo") is PPO and api_class("A2C") is A2C
+    with pytest.raises(ValueError, match="no algorithm 'dqn' is registered here; the registered ones: ppo, a2c"):
+        api_class("dqn")
+    with pytest.raises(TypeError, match="use PPO, A2C or api_class"):
+        Model("cartpole")
+    with A2C("cartpole", num_envs=8, num_steps=16, device="cpu") as model:
+        path = model.save(tmp_path / "a2c.pth")
+    with Model.load(path) as loaded:  # the file names its algorithm
+        assert type(loaded) is A2C and loaded.config.algo == "a2c"
+
+
 def test_train_validates_a_hand_built_train_config(tmp_path):
     with pytest.raises(ConfigError, match="num_envs"):
         train(TrainConfig(num_envs=-4), tmp_path / "bad")
-    result = train(TrainConfig(env_name="snake", num_envs=8, num_steps=8, total_timesteps=128, gif_interval=0,
-                               device="cpu"), tmp_path / "snake")
+    result = train(
+        TrainConfig(env_name="snake", num_envs=8, num_steps=8, total_timesteps=128, gif_interval=0, device="cpu"),
+        tmp_path / "snake",
+    )
     assert result.status == "finished" and result.step == 128
 
 
 def test_load_does_not_import_code_a_file_names(trained, tmp_path):
     model, _ = trained
     payload = torch.load(model.save(tmp_path / "model.pth"), weights_only=True)
-    payload["config"]["env_name"] = "os:system"          # a file is data: it must not pick code to run
+    payload["config"]["env_name"] = "os:system"  # a file is data: it must not pick code to run
     torch.save(payload, tmp_path / "evil.pth")
     with pytest.raises(ConfigError, match="allow_custom_code"):
         PPO.load(tmp_path / "evil.pth")
@@ -213,7 +233,7 @@ def test_pip_install_gives_the_api_the_configs_and_the_commands_anywhere(tmp_pat
     import sys
     from pathlib import Path
 
-    pytest.importorskip("setuptools", minversion="70.1")   # builds wheels without the `wheel` package
+    pytest.importorskip("setuptools", minversion="70.1")  # builds wheels without the `wheel` package
     root = Path(__file__).resolve().parents[1]
     source, target, elsewhere = tmp_path / "source", tmp_path / "site", tmp_path / "elsewhere"
     source.mkdir()
@@ -222,15 +242,39 @@ def test_pip_install_gives_the_api_the_configs_and_the_commands_anywhere(tmp_pat
         shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("app.py", "pyproject.toml", "README.md"):
         shutil.copy(root / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    check = ("import trainer, trainer.config.defaults as c; from trainer import PPO, load_model; "
-             "print(trainer.__file__); print(c.shipped_config_path('FlappyBird-v0'))")
-    shown = subprocess.run([sys.executable, "-c", check], cwd=elsewhere, env=env, capture_output=True, text=True,
-                           check=True, timeout=120).stdout.split()
+    check = (
+        "import trainer, trainer.config.defaults as c; from trainer import PPO, load_model; "
+        "print(trainer.__file__); print(c.shipped_config_path('FlappyBird-v0'))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", check], cwd=elsewhere, env=env, capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
     assert shown == [str(target / "trainer" / "__init__.py"), str(target / "configs" / "flappy_bird.yaml")]
     for command in ("rl-train", "rl-studio"):
-        completed = subprocess.run([sys.executable, str(target / "bin" / command), "--help"], cwd=elsewhere, env=env,
-                                   capture_output=True, text=True, timeout=120)
+        completed = subprocess.run(
+            [sys.executable, str(target / "bin" / command), "--help"],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert completed.returncode == 0 and "usage:" in completed.stdout, completed.stderr[-2000:]

@@ -76,14 +76,17 @@ def test_client_stops_a_run_and_the_model_is_saved(client):
     assert stopped["final_model"] and stopped["step"] < 50_000_000
 
 
-@pytest.mark.parametrize("env_name, settings, expected", [
-    ("cartpole", {"num_envs": -4}, "num_envs must be a positive integer, got -4"),
-    ("NoSuchGame-v9", {}, "Unknown environment 'NoSuchGame-v9'"),
-    ("cartpole", {"num_envs": 8, "num_steps": 16, "mini_batch_size": 100}, "must divide batch_size"),
-    ("os:system", {}, "--allow-custom-envs"),
-    ("cartpole", {"checkpoint.path": "/tmp/elsewhere"}, "checkpoint.path cannot be set"),
-    ("cartpole", {"model_type": "qwen-7b"}, "language model"),
-])
+@pytest.mark.parametrize(
+    "env_name, settings, expected",
+    [
+        ("cartpole", {"num_envs": -4}, "num_envs must be a positive integer, got -4"),
+        ("NoSuchGame-v9", {}, "Unknown environment 'NoSuchGame-v9'"),
+        ("cartpole", {"num_envs": 8, "num_steps": 16, "mini_batch_size": 100}, "must divide batch_size"),
+        ("os:system", {}, "--allow-custom-envs"),
+        ("cartpole", {"checkpoint.path": "/tmp/elsewhere"}, "checkpoint.path cannot be set"),
+        ("cartpole", {"model_type": "qwen-7b"}, "language model"),
+    ],
+)
 def test_bad_input_through_the_api_gives_the_reason(client, studio, env_name, settings, expected):
     before = sorted(path.name for path in studio.runs_dir.iterdir())
     with pytest.raises(Exception, match=expected.replace("(", r"\(").replace(")", r"\)")):
@@ -103,7 +106,7 @@ def test_the_console_has_one_start_line_and_one_line_per_user_error(client, stud
     lines = log.splitlines()
     refused = [number for number, line in enumerate(lines) if "no_such_console_key" in line]
     assert len(refused) == 1 and "API /start refused" in lines[refused[0]], log[-2000:]
-    assert "Traceback" not in "\n".join(lines[refused[0]:refused[0] + 3])
+    assert "Traceback" not in "\n".join(lines[refused[0] : refused[0] + 3])
 
 
 @pytest.mark.parametrize("run_id", ["../../etc", "..", "a/b", "/etc/passwd"])
@@ -154,8 +157,13 @@ def test_listening_beyond_localhost_without_auth_warns(monkeypatch):
     assert app.exposure_warning("127.0.0.1", None) is None
     monkeypatch.setenv("RL_STUDIO_AUTH", "alice:secret")
     assert app.build_parser().parse_args([]).auth == ("alice", "secret")
-    result = subprocess.run([sys.executable, str(REPO / "app.py"), "--auth", "nopassword"],
-                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "app.py"), "--auth", "nopassword"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert result.returncode == 2 and "--auth expects user:password" in result.stderr
 
 

@@ -10,7 +10,6 @@ pytest temp folder.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -31,7 +30,8 @@ TOTALS = {"tried": 0, "clear": 0, "crashes": 0}
 MAX_MESSAGE = 1500  # a message quotes at most a short excerpt of what it was given
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8)
+)
 NUM_ENVS_BOMB = "num_envs: [&a [x, x, x, x], &b [*a, *a, *a, *a], &c [*b, *b, *b, *b], [*c, *c, *c, *c]]\n"
 
 
@@ -69,8 +69,12 @@ def judge(call, expected: str, runs: Path, *, error_types=(gr.Error,)) -> str:
         TOTALS["crashes"] += 1
         raise
     message = str(message)
-    clear = (expected.lower() in message.lower() and len(message) <= MAX_MESSAGE and "Traceback" not in message
-             and "/tmp/gradio" not in message)
+    clear = (
+        expected.lower() in message.lower()
+        and len(message) <= MAX_MESSAGE
+        and "Traceback" not in message
+        and "/tmp/gradio" not in message
+    )
     TOTALS["clear"] += clear
     assert expected.lower() in message.lower(), message[:500]
     assert len(message) <= MAX_MESSAGE, f"{len(message)} characters"
@@ -105,22 +109,24 @@ def test_api_start(studio, expected, settings):
     judge(lambda: studio.api_start("cartpole", settings), expected, studio.manager.runs_dir)
 
 
-@pytest.mark.parametrize("env_name, settings, expected", [
-    ("snake", {"env_kwargs": {"grid_size": -3}}, "grid_size"),
-    ("/some/dir/secret", {}, "env_name"),
-    ("../../configs/cartpole", {}, "env_name"),
-    ("os:system", {"env_kwargs": {"command": "touch /tmp/pwned"}}, "--allow-custom-envs"),
-    ("x" * 10_000, {}, "env_name"),
-])
+@pytest.mark.parametrize(
+    "env_name, settings, expected",
+    [
+        ("snake", {"env_kwargs": {"grid_size": -3}}, "grid_size"),
+        ("/some/dir/secret", {}, "env_name"),
+        ("../../configs/cartpole", {}, "env_name"),
+        ("os:system", {"env_kwargs": {"command": "touch /tmp/pwned"}}, "--allow-custom-envs"),
+        ("x" * 10_000, {}, "env_name"),
+    ],
+)
 def test_api_start_env_names(studio, env_name, settings, expected):
     judge(lambda: studio.api_start(env_name, settings), expected, studio.manager.runs_dir)
 
 
-@pytest.mark.parametrize("run_id, expected", [
-    ("x" * 10_000, "at most 200 characters"),
-    ("../../etc", "not a valid run id"),
-    ("", "no run selected"),
-])
+@pytest.mark.parametrize(
+    "run_id, expected",
+    [("x" * 10_000, "at most 200 characters"), ("../../etc", "not a valid run id"), ("", "no run selected")],
+)
 def test_api_run_ids(studio, run_id, expected):
     judge(lambda: studio.api_poll(run_id), expected, studio.manager.runs_dir)
     judge(lambda: studio.api_stop(run_id), expected, studio.manager.runs_dir)
@@ -147,14 +153,14 @@ def test_yaml_box(studio, expected, text):
     def load():
         updates = studio.on_load_yaml(text)
         return updates[-1]
+
     message = judge(load, expected, studio.manager.runs_dir)
     assert not message.startswith("Loaded")
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"num_envs: 4\n" + b"#" * 2_000_000, "too large"),
-    (b"\xff\xfe\x00bad", "not a text"),
-])
+@pytest.mark.parametrize(
+    "content, expected", [(b"num_envs: 4\n" + b"#" * 2_000_000, "too large"), (b"\xff\xfe\x00bad", "not a text")]
+)
 def test_yaml_upload(studio, tmp_path, content, expected):
     upload = tmp_path / "gradio" / ("a" * 64) / "my-config.yaml"  # where Gradio would keep it
     upload.parent.mkdir(parents=True)
@@ -174,18 +180,27 @@ class RunsCode:
 def model_payload(**changes) -> dict:
     """A real CartPole model payload (an untrained network), with `changes` on top."""
     from envs import make_vec_env
-    from trainer.run.checkpoint import FORMAT, FORMAT_VERSION
-    from trainer.config.keys import config_from_dict
+    from trainer.config.validation import config_from_dict
     from trainer.nets.policies import build_policy
+    from trainer.run.checkpoint import FORMAT, FORMAT_VERSION
     from trainer.run.setup import policy_spec
 
     config = config_from_dict({"env_name": "cartpole"})
     env = make_vec_env("cartpole", 1, device="cpu")
     spec = policy_spec(config, env)
     env.close()
-    payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": "model", "policy_spec": spec,
-               "policy_state": build_policy(spec).state_dict(), "config": config.to_dict(),
-               "env_name": "cartpole", "algo": "ppo", "global_step": 0, "update": 0}
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": "model",
+        "policy_spec": spec,
+        "policy_state": build_policy(spec).state_dict(),
+        "config": config.to_dict(),
+        "env_name": "cartpole",
+        "algo": "ppo",
+        "global_step": 0,
+        "update": 0,
+    }
     payload.update(changes)
     return payload
 
@@ -216,19 +231,23 @@ def crafted(kind: str, path: Path) -> None:
         path.write_bytes(b"not a model at all" * 10)
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("pickle-runs-code", "model.pth"),
-    ("zip-bomb", "inflate"),
-    ("huge-obs-shape", "model.pth"),
-    ("entry-point-env", "--allow-custom-envs"),
-    ("garbage", "not a readable"),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("pickle-runs-code", "model.pth"),
+        ("zip-bomb", "inflate"),
+        ("huge-obs-shape", "model.pth"),
+        ("entry-point-env", "--allow-custom-envs"),
+        ("garbage", "not a readable"),
+    ],
+)
 def test_evaluate_upload(studio, tmp_path, kind, expected):
     upload = tmp_path / "gradio" / ("b" * 64) / "model.pth"
     upload.parent.mkdir(parents=True)
     crafted(kind, upload)
-    message = judge(lambda: studio.on_evaluate("upload", None, None, str(upload), 1, True)[0], expected,
-                    studio.manager.runs_dir)
+    message = judge(
+        lambda: studio.on_evaluate("upload", None, None, str(upload), 1, True)[0], expected, studio.manager.runs_dir
+    )
     assert str(upload.parent) not in message
     assert not Path("/tmp/rl-studio-pwned").exists()
 
@@ -249,7 +268,7 @@ def test_memory_cases_stay_small_under_rlimit_as(tmp_path, case):
         sys.path.insert(0, {str(REPO)!r})
         from studio.callbacks import Studio
         from studio.runs import RunManager
-        studio = Studio(RunManager({str(tmp_path / 'runs')!r}))
+        studio = Studio(RunManager({str(tmp_path / "runs")!r}))
         if {case!r} == "yaml-alias-bomb":
             print(studio.on_load_yaml({NUM_ENVS_BOMB!r} + {BOMB!r})[-1])
         else:
@@ -287,9 +306,14 @@ def test_cli(tmp_path, expected, args):
     before = folders(tmp_path)
 
     def run():
-        result = subprocess.run([sys.executable, "-m", "trainer", *args, "--runs-dir", str(runs), "--quiet"],
-                                capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                                env=dict(os.environ, PYTHONPATH=str(REPO)))
+        result = subprocess.run(
+            [sys.executable, "-m", "trainer", *args, "--runs-dir", str(runs), "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         assert result.returncode != 0
         if "Traceback" in result.stderr:
             TOTALS["crashes"] += 1
@@ -331,8 +355,17 @@ def test_a_real_server_answers_bad_requests_clearly_and_keeps_answering(tmp_path
 
 PROBE_NUL_YAML = "env_name: cartpole\nnum_envs: 4\x00\n"
 PROBE_NUL_MESSAGE = "control character (NUL, 0x00) at line 2 column 12"
-PROBE_TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
-              "total_timesteps": 256, "gif_interval": 0, "torch_threads": 1, "device": "cpu"}
+PROBE_TINY = {
+    "env_name": "cartpole",
+    "num_envs": 8,
+    "num_steps": 16,
+    "mini_batch_size": 32,
+    "update_epochs": 1,
+    "total_timesteps": 256,
+    "gif_interval": 0,
+    "torch_threads": 1,
+    "device": "cpu",
+}
 
 
 @pytest.fixture(scope="module")
@@ -355,8 +388,11 @@ def test_probe_evaluate_upload_of_a_model_whose_network_is_for_another_game(stud
     upload.parent.mkdir(parents=True)
     payload = model_payload()  # a CartPole network (4 observations) ...
     torch.save(dict(payload, config=dict(payload["config"], env_name="snake")), upload)  # ... said to play snake
-    message = judge(lambda: studio.on_evaluate("upload", None, None, str(upload), 1, True)[0],
-                    "the model expects observations of shape [4] but snake gives [18]", studio.manager.runs_dir)
+    message = judge(
+        lambda: studio.on_evaluate("upload", None, None, str(upload), 1, True)[0],
+        "the model expects observations of shape [4] but snake gives [18]",
+        studio.manager.runs_dir,
+    )
     assert "mat1" not in message and str(upload.parent) not in message
 
 
@@ -369,6 +405,7 @@ def test_probe_full_disk_is_what_the_studio_shows(tmp_path, monkeypatch):
 
     def disk_full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
     monkeypatch.setattr(trainer.run.checkpoint, "atomic_write", disk_full)
     runs = tmp_path / "runs"
     run_dir = (runs / "cartpole-ppo-small-1").resolve()
@@ -379,21 +416,30 @@ def test_probe_full_disk_is_what_the_studio_shows(tmp_path, monkeypatch):
         run = RunFollower(run_dir.name, run_dir).refresh(owner_alive=False).snapshot()
         assert run.status == "failed"
         return run.error_message
+
     judge(train_and_look, f"the disk holding {run_dir} is full (", runs)
 
 
 PROBE_CLI_CASES = [
     (PROBE_NUL_MESSAGE, ["--config", "{tmp}/nul.yaml", "--runs-dir", "{tmp}/runs"]),
-    (("the model expects observations of shape [4] but snake gives [18]: evaluate it on the env it was trained "
-      "on (cartpole)"), ["evaluate", "{run}/cartpole_ppo_final.pth", "--env", "snake", "--episodes", "1"]),
+    (
+        (
+            "the model expects observations of shape [4] but snake gives [18]: evaluate it on the env it was trained "
+            "on (cartpole)"
+        ),
+        ["evaluate", "{run}/cartpole_ppo_final.pth", "--env", "snake", "--episodes", "1"],
+    ),
     ("finished at step 256", ["--resume", "{run}"]),
     ("there is a file at this path already; pass --force", ["export", "{run}", "--onnx", "{tmp}/taken.onnx"]),
     ("there is a symbolic link", ["export", "{run}", "--onnx", "{tmp}/link.onnx"]),
 ]
 
 
-@pytest.mark.parametrize("expected, args", PROBE_CLI_CASES, ids=["nul-yaml", "evaluate-wrong-game", "resume-finished",
-                                                                 "export-over-a-file", "export-over-a-link"])
+@pytest.mark.parametrize(
+    "expected, args",
+    PROBE_CLI_CASES,
+    ids=["nul-yaml", "evaluate-wrong-game", "resume-finished", "export-over-a-file", "export-over-a-link"],
+)
 def test_probe_cli(probe_run, tmp_path, expected, args):
     (tmp_path / "nul.yaml").write_text(PROBE_NUL_YAML)
     (tmp_path / "taken.onnx").write_text("an earlier export")
@@ -403,8 +449,14 @@ def test_probe_cli(probe_run, tmp_path, expected, args):
     args = [arg.format(tmp=tmp_path, run=probe_run) for arg in args]
 
     def run():
-        result = subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True,
-                                timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        result = subprocess.run(
+            [sys.executable, "-m", "trainer", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         assert result.returncode == 2, result.stderr[-2000:]
         if "Traceback" in result.stderr:
             TOTALS["crashes"] += 1
@@ -437,21 +489,10 @@ def _monitoring_http(request) -> str:
 @pytest.fixture
 def monitoring_studio(tmp_path):
     """A Gradio app launched the studio's way: --auth alice:s3cret, its /metrics, uploads up to 1 MB."""
-    from studio.metrics import metrics_route
-    from studio.ui import launch_options
-    from test_studio_helpers import free_port
+    from test_studio_helpers import guarded_app
 
-    port, manager = free_port(), RunManager(tmp_path / "runs")
-    with gr.Blocks() as demo:
-        gr.Markdown("studio")
-    options = launch_options("127.0.0.1", port, ("alice", "s3cret"), [str(tmp_path / "runs")], "1mb")
-    options["app_kwargs"]["routes"] = [metrics_route(manager, ("alice", "s3cret"))]
-    demo.launch(prevent_thread_lock=True, **options)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        demo.close()
-        manager.shutdown()
+    with guarded_app(tmp_path, [("alice", "s3cret")]) as url:
+        yield url
 
 
 def _monitoring_guess(url: str, where: str, password: str) -> str:
@@ -470,11 +511,22 @@ def _monitoring_upload(url: str, files: dict[str, bytes], chunked: bool = False)
     import urllib.request
 
     boundary = "----bad-input"
-    body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n\r\n'
-                    .encode() + data + b"\r\n" for name, data in files.items()) + f"--{boundary}--\r\n".encode()
-    return _monitoring_http(urllib.request.Request(
-        url + "/gradio_api/upload", data=iter([body]) if chunked else body,
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}))
+    body = (
+        b"".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n\r\n'.encode()
+            + data
+            + b"\r\n"
+            for name, data in files.items()
+        )
+        + f"--{boundary}--\r\n".encode()
+    )
+    return _monitoring_http(
+        urllib.request.Request(
+            url + "/gradio_api/upload",
+            data=iter([body]) if chunked else body,
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        )
+    )
 
 
 def test_monitoring_public_metrics_host_without_a_key(tmp_path, monkeypatch):
@@ -483,9 +535,25 @@ def test_monitoring_public_metrics_host_without_a_key(tmp_path, monkeypatch):
     monkeypatch.delenv("RL_STUDIO_METRICS_KEY", raising=False)
 
     def run():
-        result = subprocess.run([sys.executable, "-m", "trainer", "-c", str(REPO / "configs/cartpole.yaml"),
-                                 "--runs-dir", str(tmp_path / "runs"), "--metrics-port", str(free_port()),
-                                 "--metrics-host", "0.0.0.0"], capture_output=True, text=True, timeout=120, cwd=REPO)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer",
+                "-c",
+                str(REPO / "configs/cartpole.yaml"),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--metrics-port",
+                str(free_port()),
+                "--metrics-host",
+                "0.0.0.0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
         assert result.returncode == 2, result.stderr[-2000:]
         TOTALS["crashes"] += "Traceback" in result.stderr
         return result.stderr
@@ -494,9 +562,17 @@ def test_monitoring_public_metrics_host_without_a_key(tmp_path, monkeypatch):
     assert "RL_STUDIO_METRICS_KEY" in message and "127.0.0.1" in message
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic YTpi"},
-                                     {"Authorization": "Bearer"}, {"X-API-Key": "k3y-but-not-quite"}],
-                         ids=["none", "wrong-bearer", "basic", "empty-bearer", "wrong-x-api-key"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Basic YTpi"},
+        {"Authorization": "Bearer"},
+        {"X-API-Key": "k3y-but-not-quite"},
+    ],
+    ids=["none", "wrong-bearer", "basic", "empty-bearer", "wrong-x-api-key"],
+)
 def test_monitoring_trainer_scrape_without_the_key(tmp_path, headers):
     import urllib.request
 
@@ -526,11 +602,15 @@ def test_monitoring_login_form_too_large(monitoring_studio, tmp_path):
     assert judge(lambda: _monitoring_http(request), "login form is too large", tmp_path / "runs").startswith("413")
 
 
-@pytest.mark.parametrize("files, chunked, expected", [
-    ({"model.pth": b"x" * (2 * 2**20)}, False, "at most 1 MB per upload"),
-    ({f"part{i}.pth": b"x" * (600 * 1024) for i in range(4)}, False, "at most 1 MB per upload"),
-    ({"config.yaml": b"num_envs: 4\n"}, True, "Content-Length"),
-], ids=["one-file-over", "many-files-over-together", "no-stated-size"])
+@pytest.mark.parametrize(
+    "files, chunked, expected",
+    [
+        ({"model.pth": b"x" * (2 * 2**20)}, False, "at most 1 MB per upload"),
+        ({f"part{i}.pth": b"x" * (600 * 1024) for i in range(4)}, False, "at most 1 MB per upload"),
+        ({"config.yaml": b"num_envs: 4\n"}, True, "Content-Length"),
+    ],
+    ids=["one-file-over", "many-files-over-together", "no-stated-size"],
+)
 def test_monitoring_uploads_over_the_limit(monitoring_studio, tmp_path, files, chunked, expected):
     message = judge(lambda: _monitoring_upload(monitoring_studio, files, chunked), expected, tmp_path / "runs")
     assert message[:3] in ("411", "413")
@@ -539,8 +619,13 @@ def test_monitoring_uploads_over_the_limit(monitoring_studio, tmp_path, files, c
 @pytest.mark.parametrize("size", ["12xb", "0mb", "-5mb", "lots"])
 def test_monitoring_bad_max_upload_size(tmp_path, size):
     def run():
-        result = subprocess.run([sys.executable, str(REPO / "app.py"), "--runs-dir", str(tmp_path / "runs"),
-                                 "--max-upload-size", size], capture_output=True, text=True, timeout=60, cwd=REPO)
+        result = subprocess.run(
+            [sys.executable, str(REPO / "app.py"), "--runs-dir", str(tmp_path / "runs"), "--max-upload-size", size],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
         assert result.returncode == 2
         TOTALS["crashes"] += "Traceback" in result.stderr
         return result.stderr
@@ -584,7 +669,6 @@ POLICY_CASES = [  # (what the message says, body, Content-Type)
 @pytest.fixture(scope="module")
 def policy_server():
     from test_serve import make_model
-
     from trainer.serving.serve import start_server
 
     server = start_server(make_model())
@@ -604,8 +688,9 @@ def _policy_post(port: int, body: bytes, content_type: str | None) -> tuple[int,
         connection.close()
 
 
-@pytest.mark.parametrize("expected, body, content_type", POLICY_CASES,
-                         ids=[f"{i}-{case[0][:24]}" for i, case in enumerate(POLICY_CASES)])
+@pytest.mark.parametrize(
+    "expected, body, content_type", POLICY_CASES, ids=[f"{i}-{case[0][:24]}" for i, case in enumerate(POLICY_CASES)]
+)
 def test_policy_server_act(policy_server, tmp_path, expected, body, content_type):
     import urllib.request
 

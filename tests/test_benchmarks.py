@@ -1,6 +1,7 @@
 """Smoke test of the benchmark suite: every section runs end to end on a minuscule budget and
 leaves a table, results.json and PNG plots behind. It asserts what the suite produces, never a
 speed (the suite prints speeds; tests do not judge them)."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,7 @@ def _tiny_configs(folder: Path) -> Path:
     folder.mkdir()
     (folder / "cartpole.yaml").write_text(TINY_CARTPOLE)
     for game in ("flappy_bird", "snake"):
-        (folder / f"{game}.yaml").write_text(
-            TINY_CARTPOLE.replace("env_name: cartpole", f"env_name: {game}"))
+        (folder / f"{game}.yaml").write_text(TINY_CARTPOLE.replace("env_name: cartpole", f"env_name: {game}"))
     return folder
 
 
@@ -52,9 +52,27 @@ def test_suite_prints_table_and_writes_plots(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run, "run_in_fresh_process", _in_this_process)
     configs, out = _tiny_configs(tmp_path / "configs"), tmp_path / "results"
 
-    exit_code = run.main(["--only", "throughput,ceiling,solve,scaling", "--games", "--game-cap", "1",
-                          "--throughput-steps", "2048", "--seeds", "1", "--scaling-envs", "16,32",
-                          "--ceiling-seconds", "0.05", "--configs", str(configs), "--out", str(out)])
+    exit_code = run.main(
+        [
+            "--only",
+            "throughput,ceiling,solve,scaling",
+            "--games",
+            "--game-cap",
+            "1",
+            "--throughput-steps",
+            "2048",
+            "--seeds",
+            "1",
+            "--scaling-envs",
+            "16,32",
+            "--ceiling-seconds",
+            "0.05",
+            "--configs",
+            str(configs),
+            "--out",
+            str(out),
+        ]
+    )
 
     assert exit_code == 0
     printed = capsys.readouterr().out
@@ -92,8 +110,9 @@ def test_contender_runs_in_fresh_process_and_times_from_launch(tmp_path):
     config = tmp_path / "cartpole.yaml"
     config.write_text(TINY_CARTPOLE.replace("total_timesteps: 2048", "total_timesteps: 4096"))
     # A target that the first finished episodes pass: the point is the timing bookkeeping.
-    result = run.run_in_fresh_process("ours_time_to_solve", {"config_path": str(config), "target": 5.0,
-                                                             "cap_seconds": 60.0}, threads=1, timeout=120)
+    result = run.run_in_fresh_process(
+        "ours_time_to_solve", {"config_path": str(config), "target": 5.0, "cap_seconds": 60.0}, threads=1, timeout=120
+    )
     assert "error" not in result, result.get("error")
     assert result["solved"] and result["solve_step"] <= 4096
     # From launch includes the interpreter start and imports, so it is longer than the training time.
@@ -102,9 +121,17 @@ def test_contender_runs_in_fresh_process_and_times_from_launch(tmp_path):
 
 
 def test_contender_failure_is_reported_not_raised(tmp_path):
-    result = run.run_in_fresh_process("ours_throughput", {"config_path": str(tmp_path / "missing.yaml"),
-                                                          "settings": run.zoo_settings(), "env_name": "cartpole",
-                                                          "total_steps": 256}, threads=1, timeout=120)
+    result = run.run_in_fresh_process(
+        "ours_throughput",
+        {
+            "config_path": str(tmp_path / "missing.yaml"),
+            "settings": run.zoo_settings(),
+            "env_name": "cartpole",
+            "total_steps": 256,
+        },
+        threads=1,
+        timeout=120,
+    )
     assert "missing.yaml" in result["error"] and "does not exist" in result["error"]
 
 
@@ -121,8 +148,11 @@ def test_report_keeps_every_figure_when_matplotlib_is_missing(tmp_path, monkeypa
     from benchmarks import report
 
     monkeypatch.setitem(sys.modules, "benchmarks.plots", None)  # import fails as when not installed
-    results = {"command": "python -m benchmarks", "machine": {"cores": 2},
-               "scaling": [{"num_envs": 16, "steps_per_second": 1234.0}]}
+    results = {
+        "command": "python -m benchmarks",
+        "machine": {"cores": 2},
+        "scaling": [{"num_envs": 16, "steps_per_second": 1234.0}],
+    }
     written = report.write_report(results, tmp_path)
 
     assert [path.name for path in written] == ["results.json", "results.md"]
@@ -147,28 +177,77 @@ def test_pool_benchmark_measures_every_vectoriser_and_splits_the_phases(tmp_path
     from benchmarks import pool
 
     out = tmp_path / "pool.json"
-    assert pool.main(["--quick", "--envs", "4", "--seconds", "0.2", "--rollouts", "1", "--repeat", "2",
-                      "--out", str(out)]) == 0
+    assert (
+        pool.main(["--quick", "--envs", "4", "--seconds", "0.2", "--rollouts", "1", "--repeat", "2", "--out", str(out)])
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     assert {(row["measure"], row["env"], row["kind"]) for row in rows} == {
-        ("raw", "slow", "pool"), ("raw", "slow", "gym_async"), ("ppo", "cartpole", "pool"), ("ppo", "cartpole", "sb3_dummy")}
+        ("raw", "slow", "pool"),
+        ("raw", "slow", "gym_async"),
+        ("ppo", "cartpole", "pool"),
+        ("ppo", "cartpole", "sb3_dummy"),
+    }
     assert sorted(row["round"] for row in rows if row["kind"] == "sb3_dummy") == [0, 1]
     assert "**The goals**" in capsys.readouterr().out
 
-    assert pool.main(["--games", "slow", "--envs", "4", "--seconds", "0.2", "--rollouts", "1",
-                      "--kinds", "pool", "sync", "gym_async", "sb3_dummy", "--out", str(out)]) == 0
+    assert (
+        pool.main(
+            [
+                "--games",
+                "slow",
+                "--envs",
+                "4",
+                "--seconds",
+                "0.2",
+                "--rollouts",
+                "1",
+                "--kinds",
+                "pool",
+                "sync",
+                "gym_async",
+                "sb3_dummy",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     assert {(row["measure"], row["kind"]) for row in rows} == {
-        ("raw", "pool"), ("raw", "sync"), ("raw", "gym_async"),
-        ("ppo", "pool"), ("ppo", "sync"), ("ppo", "gym_async"), ("ppo", "sb3_dummy")}
+        ("raw", "pool"),
+        ("raw", "sync"),
+        ("raw", "gym_async"),
+        ("ppo", "pool"),
+        ("ppo", "sync"),
+        ("ppo", "gym_async"),
+        ("ppo", "sb3_dummy"),
+    }
     assert all(row["steps_per_second"] > 0 and row["limit"] > 0 for row in rows)
     printed = capsys.readouterr().out
     pool_rows = [line for line in printed.splitlines() if line.startswith("| slow | 4 | ours: pool |")]
     assert len(pool_rows) == 2 and all(line.endswith("% |") for line in pool_rows)  # raw and PPO, share of the limit
     assert "**The goals**" in printed
 
-    assert pool.main(["--phases", "--games", "cartpole", "--envs", "4", "--rollouts", "1",
-                      "--kinds", "sync", "sb3_dummy", "--out", str(out)]) == 0
+    assert (
+        pool.main(
+            [
+                "--phases",
+                "--games",
+                "cartpole",
+                "--envs",
+                "4",
+                "--rollouts",
+                "1",
+                "--kinds",
+                "sync",
+                "sb3_dummy",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     phases = json.loads((tmp_path / "pool_phases.json").read_text())["rows"]
     assert {row["kind"] for row in phases} == {"sync", "sb3_dummy"}
     assert all(row["collect"] > 0 and row["learn"] > 0 for row in phases)
@@ -183,17 +262,29 @@ def test_pool_benchmark_goal_verdicts_take_each_ratio_within_its_round():
     from benchmarks import pool
 
     def row(measure, env, num_envs, kind, rate, round_=0):
-        return {"measure": measure, "env": env, "num_envs": num_envs, "kind": kind, "round": round_,
-                "steps_per_second": rate, "limit": 1000.0}
+        return {
+            "measure": measure,
+            "env": env,
+            "num_envs": num_envs,
+            "kind": kind,
+            "round": round_,
+            "steps_per_second": rate,
+            "limit": 1000.0,
+        }
 
-    rows = [row("raw", "slow", 32, "pool", 850.0), row("raw", "slow", 32, "gym_async", 500.0),
-            row("raw", "slow", 64, "pool", 700.0), row("raw", "slow", 64, "gym_async", 600.0)]
+    rows = [
+        row("raw", "slow", 32, "pool", 850.0),
+        row("raw", "slow", 32, "gym_async", 500.0),
+        row("raw", "slow", 64, "pool", 700.0),
+        row("raw", "slow", 64, "gym_async", 600.0),
+    ]
     # PPO at 32 envs: ours 3.5x and 2.5x SB3 in rounds 0 and 1 (by the round's own peer), 4x in round 2
     for round_, (ours, sb3) in enumerate([(350.0, 100.0), (500.0, 200.0), (400.0, 100.0)]):
         rows += [row("ppo", "cartpole", 32, "pool", ours, round_), row("ppo", "cartpole", 32, "sb3_dummy", sb3, round_)]
     lines = pool.goals_markdown({"rows": rows}).splitlines()
-    share, versus_async, versus_sb3 = (next(line for line in lines if line.startswith(f"| {goal[0]} |"))
-                                       for goal in pool.GOALS)
+    share, versus_async, versus_sb3 = (
+        next(line for line in lines if line.startswith(f"| {goal[0]} |")) for goal in pool.GOALS
+    )
     assert share.endswith("| 85%: met | 70%: not met |")
     assert versus_async.endswith("| 1.70: met | 1.17: not met |")
     assert versus_sb3.endswith("| 3.50 [2.50-4.00]: met | not measured |")

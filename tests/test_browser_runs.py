@@ -51,8 +51,10 @@ def test_compare_a_finished_and_a_training_run_and_watch_the_training_one_move(t
         print(f"studio and page up after {time.time() - began:.0f} s")
         training_dir = create_run_dir(training_config, server.runs_dir)
         write_config(training_dir, training_config)
-        trainer = context.Process(target=functools.partial(fake_trainer, delay=0.25, forever=True),
-                                  args=(training_config, str(training_dir), None, stop, False))
+        trainer = context.Process(
+            target=functools.partial(fake_trainer, delay=0.25, forever=True),
+            args=(training_config, str(training_dir), None, stop, False),
+        )
         trainer.start()
         finished, training = finished_dir.name, training_dir.name
         try:
@@ -66,7 +68,8 @@ def test_compare_a_finished_and_a_training_run_and_watch_the_training_one_move(t
 
             page.wait_for_function(
                 f"() => {{ const c = ({CURVES})(); return (c['{finished}'] || 0) > 0 && (c['{training}'] || 0) > 0; }}",
-                timeout=60_000)
+                timeout=60_000,
+            )
             curves = page.evaluate(CURVES)
             print(f"two curves after {time.time() - began:.0f} s")
             assert set(curves) == {finished, training}, curves
@@ -78,7 +81,8 @@ def test_compare_a_finished_and_a_training_run_and_watch_the_training_one_move(t
             assert first_step > 0
             page.wait_for_function(
                 f"() => (({CURVES})()['{training}'] || 0) > {first_points} && ({STATUS_STEP})() > {first_step}",
-                timeout=60_000)
+                timeout=60_000,
+            )
             later = page.evaluate(CURVES)
             print(f"the training run moved after {time.time() - began:.0f} s")
             assert later[finished] == curves[finished]  # the finished run stays as it was

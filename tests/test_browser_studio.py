@@ -38,7 +38,8 @@ def first_gif_timing(runs_dir, clicked: float) -> str:
         start = next((event["time"] for event in events if event["type"] == "start"), None)
         gif = next((event for event in events if event["type"] == "gif"), None)
         return (f"trainer started {start - clicked:.1f} s after Start" if start else "no start event") + (
-            f", first GIF (step {gif['step']:,}) written at {gif['time'] - clicked:.1f} s" if gif else ", no GIF yet")
+            f", first GIF (step {gif['step']:,}) written at {gif['time'] - clicked:.1f} s" if gif else ", no GIF yet"
+        )
     return "no run folder yet"
 
 
@@ -53,12 +54,17 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
         try:
             page.wait_for_function(GIF_SHOWN, timeout=FIRST_GIF_SECONDS * 1000)
         except Exception:  # noqa: BLE001 - say where the time went
-            raise AssertionError(f"no rollout GIF on the page {FIRST_GIF_SECONDS} s after Start: "
-                                 f"{first_gif_timing(tmp_path / 'runs', clicked)}") from None
-        print(f"first rollout GIF shown {time.time() - clicked:.1f} s after Start; "
-              f"{first_gif_timing(tmp_path / 'runs', clicked)}")
+            raise AssertionError(
+                f"no rollout GIF on the page {FIRST_GIF_SECONDS} s after Start: "
+                f"{first_gif_timing(tmp_path / 'runs', clicked)}"
+            ) from None
+        print(
+            f"first rollout GIF shown {time.time() - clicked:.1f} s after Start; "
+            f"{first_gif_timing(tmp_path / 'runs', clicked)}"
+        )
         # The schedule's promise, whatever the load: the first GIF comes after the first update.
         from trainer.run.events import read_events
+
         (events_file,) = (tmp_path / "runs").glob("*/metrics.jsonl")
         steps = [event["step"] for event in read_events(events_file) if event["type"] in ("metrics", "gif")]
         assert steps[1] == steps[0], "the first GIF did not follow the first update"
@@ -75,8 +81,7 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
         assert "step" in page.locator("#status").inner_text()
 
         download_button = page.locator("#download-model")
-        page.wait_for_function(
-            "() => !document.querySelector('#download-model').disabled", timeout=30_000)
+        page.wait_for_function("() => !document.querySelector('#download-model').disabled", timeout=30_000)
         with page.expect_download() as download_info:
             download_button.click()
         download = download_info.value
@@ -112,13 +117,14 @@ def test_on_a_phone_start_and_the_status_are_in_the_first_screen(tmp_path):
         assert environment["y"] < model["y"], "the environment comes first ('pick a game and a model')"
 
         page.wait_for_function(  # the subplot titles are drawn once there are curves
-            "() => document.querySelectorAll('#diagnostics-plot .annotation-text').length >= 8", timeout=120_000)
+            "() => document.querySelectorAll('#diagnostics-plot .annotation-text').length >= 8", timeout=120_000
+        )
         titles = page.locator("#diagnostics-plot .annotation-text")
         boxes = [titles.nth(i).bounding_box() for i in range(titles.count())]
         boxes = [box for box in boxes if box and box["width"] > 0]
         assert len(boxes) >= 8
         for i, a in enumerate(boxes):
-            for b in boxes[i + 1:]:
+            for b in boxes[i + 1 :]:
                 same_row = abs(a["y"] - b["y"]) < a["height"]
                 apart = a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
                 assert not same_row or apart, f"diagnostics titles overlap: {a} {b}"
@@ -131,5 +137,6 @@ def test_on_a_phone_start_and_the_status_are_in_the_first_screen(tmp_path):
         message = page.locator("#train-message")
         message.get_by_text("num_envs must be a positive integer").wait_for(timeout=30_000)
         num_envs.fill("8")
-        page.wait_for_function("() => !document.querySelector('#train-message').innerText.includes('num_envs')",
-                               timeout=10_000)
+        page.wait_for_function(
+            "() => !document.querySelector('#train-message').innerText.includes('num_envs')", timeout=10_000
+        )

@@ -18,12 +18,22 @@ SCORE_TEXT = "() => document.querySelector('#watch-score')?.innerText || ''"
 
 
 def trained_run(runs_dir):
-    from trainer.config.keys import config_from_dict
-    from trainer.run.loop import train
+    from trainer.config.validation import config_from_dict
     from trainer.run.layout import create_run_dir
+    from trainer.run.loop import train
 
-    config = config_from_dict({"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64,
-                               "total_timesteps": 8 * 16 * 4, "gif_interval": 0, "device": "cpu", "seed": 1})
+    config = config_from_dict(
+        {
+            "env_name": "cartpole",
+            "num_envs": 8,
+            "num_steps": 16,
+            "mini_batch_size": 64,
+            "total_timesteps": 8 * 16 * 4,
+            "gif_interval": 0,
+            "device": "cpu",
+            "seed": 1,
+        }
+    )
     run_dir = create_run_dir(config, runs_dir)
     train(config, run_dir)
     return run_dir
@@ -35,16 +45,17 @@ def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
         page.get_by_role("tab", name="Watch").click()
         picker = page.locator("#watch-run input")
         page.wait_for_function(
-            "(name) => document.querySelector('#watch-run input')?.value === name", arg=run_dir.name,
-            timeout=30_000)
+            "(name) => document.querySelector('#watch-run input')?.value === name", arg=run_dir.name, timeout=30_000
+        )
         assert picker.input_value() == run_dir.name
         page.locator("#watch-start").click()
 
         page.wait_for_function(f"() => ({FRAME_SRC})() !== null", timeout=60_000)
         first = page.evaluate(FRAME_SRC)
         assert first.startswith("data:image/jpeg;base64,")
-        page.wait_for_function(f"(first) => {{ const now = ({FRAME_SRC})(); return now && now !== first; }}",
-                               arg=first, timeout=30_000)  # the frames change: the game moves
+        page.wait_for_function(
+            f"(first) => {{ const now = ({FRAME_SRC})(); return now && now !== first; }}", arg=first, timeout=30_000
+        )  # the frames change: the game moves
         seen = set()
         for _ in range(6):
             seen.add(page.evaluate(FRAME_SRC))
@@ -75,10 +86,15 @@ def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
         message = page.locator("#watch-deploy-message")
         page.wait_for_function(
             "() => /http:\\/\\/127\\.0\\.0\\.1:\\d+/.test(document.querySelector('#watch-deploy-message')"
-            "?.innerText || '')", timeout=60_000)
+            "?.innerText || '')",
+            timeout=60_000,
+        )
         url = re.search(r"http://127\.0\.0\.1:\d+", message.inner_text()).group(0)
-        request = urllib.request.Request(url + "/v1/act", data=json.dumps({"obs": [0.0, 0.0, 0.01, 0.0]}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url + "/v1/act",
+            data=json.dumps({"obs": [0.0, 0.0, 0.01, 0.0]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert json.load(response)["actions"][0] in (0, 1)
 

@@ -1,5 +1,6 @@
 """Checkpoints and models: round trip, resume equivalence, kill -9 during a save, unsafe files,
 stopping, GIFs and load_model().predict()."""
+
 import json
 import os
 import signal
@@ -12,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
-from trainer.run.layout import list_checkpoints
-from trainer.config.keys import config_from_dict
 from trainer.config.defaults import load_config
+from trainer.config.validation import config_from_dict
+from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
 from trainer.run.events import read_events
+from trainer.run.layout import list_checkpoints
 from trainer.run.loop import ResumeError, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,9 +30,19 @@ EVERY_UPDATE = 1e-9  # gif_interval (seconds) shorter than any update: a GIF aft
 
 
 def tiny_config(**overrides):
-    raw = {"env_name": "cartpole", "num_envs": 16, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 2,
-           "learning_rate": 1e-3, "total_timesteps": 16 * 16 * 6, "gif_interval": 0, "seed": 3, "device": "cpu",
-           "checkpoint": {"interval": 2, "keep": 2}}
+    raw = {
+        "env_name": "cartpole",
+        "num_envs": 16,
+        "num_steps": 16,
+        "mini_batch_size": 64,
+        "update_epochs": 2,
+        "learning_rate": 1e-3,
+        "total_timesteps": 16 * 16 * 6,
+        "gif_interval": 0,
+        "seed": 3,
+        "device": "cpu",
+        "checkpoint": {"interval": 2, "keep": 2},
+    }
     raw.update(overrides)
     return config_from_dict(raw)
 
@@ -116,14 +127,14 @@ def test_checkpoints_are_written_and_only_the_last_k_kept(tmp_path):
     counter = UpdateCounter()
     train(tiny_config(), tmp_path / "run", sinks=[counter])
     steps = [step for step, _ in list_checkpoints(tmp_path / "run" / "checkpoints")]
-    assert steps == [16 * 16 * 4, 16 * 16 * 6]          # interval 2 of 6 updates, keep 2
+    assert steps == [16 * 16 * 4, 16 * 16 * 6]  # interval 2 of 6 updates, keep 2
     announced = [event["step"] for event in counter.events if event["type"] == "checkpoint"]
     assert announced == [16 * 16 * 2, 16 * 16 * 4, 16 * 16 * 6]
     payload = read_checkpoint(tmp_path / "run" / "checkpoints" / f"ckpt_{16 * 16 * 6}.pth")
     for key in ("algo", "algorithm_state", "rng", "env_state", "next_obs", "policy_state", "config", "global_step"):
         assert key in payload
     assert payload["format_version"] == 2 and payload["algo"] == "ppo"
-    assert set(payload["algorithm_state"]) == {"optimizer", "reward_scaler"}       # PPO's own state
+    assert set(payload["algorithm_state"]) == {"optimizer", "reward_scaler"}  # PPO's own state
 
 
 def test_a_format_1_checkpoint_still_resumes_exactly(tmp_path):
@@ -157,8 +168,11 @@ def test_a_newer_format_and_another_algorithm_are_refused_by_name(tmp_path):
         read_checkpoint(path)
 
 
-@pytest.mark.parametrize("options", [{}, {"norm_obs": True, "norm_reward": True, "clip_vloss": True,
-                                          "use_per": True, "target_kl": 0.5}], ids=["default", "all-options"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"norm_obs": True, "norm_reward": True, "clip_vloss": True, "use_per": True, "target_kl": 0.5}],
+    ids=["default", "all-options"],
+)
 def test_stopped_and_resumed_run_equals_straight_run(tmp_path, options):
     config = tiny_config(**options)
     straight = train(config, tmp_path / "straight")
@@ -172,8 +186,9 @@ def test_stopped_and_resumed_run_equals_straight_run(tmp_path, options):
     for name, tensor in straight.policy.state_dict().items():
         assert torch.equal(tensor, resumed.policy.state_dict()[name]), name
     # The curves continue: every update's step appears once, in order.
-    steps = [event["step"] for event in read_events(tmp_path / "resumed" / "metrics.jsonl")
-             if event["type"] == "metrics"]
+    steps = [
+        event["step"] for event in read_events(tmp_path / "resumed" / "metrics.jsonl") if event["type"] == "metrics"
+    ]
     assert steps == [16 * 16 * n for n in range(1, 7)]
     starts = [event for event in read_events(tmp_path / "resumed" / "metrics.jsonl") if event["type"] == "start"]
     assert [event["resumed_from_step"] for event in starts] == [None, 16 * 16 * 3]
@@ -201,8 +216,12 @@ def test_resume_without_checkpoint_trains_from_step_zero_and_says_so(tmp_path):
 
 def test_stop_signal_saves_checkpoint_and_final_model(tmp_path):
     counter = UpdateCounter()
-    result = train(tiny_config(checkpoint={"interval": 0}), tmp_path / "run", sinks=[counter],
-                   should_stop=lambda: counter.updates >= 2)
+    result = train(
+        tiny_config(checkpoint={"interval": 0}),
+        tmp_path / "run",
+        sinks=[counter],
+        should_stop=lambda: counter.updates >= 2,
+    )
     assert result.status == "stopped" and result.step == 512
     assert [step for step, _ in list_checkpoints(tmp_path / "run" / "checkpoints")] == [512]
     assert load_model(result.final_model).global_step == 512
@@ -214,8 +233,11 @@ def test_rollout_gif_is_written_and_announced(tmp_path):
     from PIL import Image
 
     counter = UpdateCounter()
-    train(tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=40), tmp_path / "run",
-          sinks=[counter])
+    train(
+        tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=40),
+        tmp_path / "run",
+        sinks=[counter],
+    )
     gifs = [event for event in counter.events if event["type"] == "gif"]
     assert gifs, "no gif event"
     for event in gifs:
@@ -238,10 +260,12 @@ def test_rollout_gif_is_written_and_announced(tmp_path):
 def test_gifs_do_not_change_what_is_learned(tmp_path):
     plain = train(tiny_config(total_timesteps=1024), tmp_path / "plain")
     counter = UpdateCounter()
-    with_gifs = train(tiny_config(total_timesteps=1024, gif_interval=EVERY_UPDATE, gif_time_fraction=1.0,
-                                  gif_max_frames=20),
-                      tmp_path / "gifs", sinks=[counter])
-    assert sum(event["type"] == "gif" for event in counter.events) == 5   # after each of 4 updates + the final one
+    with_gifs = train(
+        tiny_config(total_timesteps=1024, gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=20),
+        tmp_path / "gifs",
+        sinks=[counter],
+    )
+    assert sum(event["type"] == "gif" for event in counter.events) == 5  # after each of 4 updates + the final one
     for name, tensor in plain.policy.state_dict().items():
         assert torch.equal(tensor, with_gifs.policy.state_dict()[name]), name
 
@@ -263,15 +287,23 @@ class Exploit:
 def test_malicious_pth_is_refused_and_nothing_runs(tmp_path, zip_format):
     marker = tmp_path / "pwned"
     path = tmp_path / "model.pth"
-    torch.save({"format": "rl-studio", "format_version": 1, "policy_state": Exploit(marker)}, path,
-               _use_new_zipfile_serialization=zip_format)
+    torch.save(
+        {"format": "rl-studio", "format_version": 1, "policy_state": Exploit(marker)},
+        path,
+        _use_new_zipfile_serialization=zip_format,
+    )
     with pytest.raises(CheckpointError) as info:
         load_model(path)
     assert "refused" in str(info.value) and "Nothing from it was executed" in str(info.value)
     assert not marker.exists()
 
-    completed = subprocess.run([sys.executable, "-m", "trainer", "evaluate", str(path), "--episodes", "1"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [sys.executable, "-m", "trainer", "evaluate", str(path), "--episodes", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode == 2 and "refused" in completed.stderr
     assert not marker.exists()
 
@@ -306,15 +338,20 @@ print("second saved", flush=True)
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
-    process = subprocess.Popen([sys.executable, "-c", KILL_DURING_SAVE, str(folder)], cwd=ROOT,
-                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILL_DURING_SAVE, str(folder)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert process.stdout.readline().strip() == "first saved"
         deadline = time.monotonic() + 60
         while not any(path.name.endswith(".tmp") and path.stat().st_size > 0 for path in folder.iterdir()):
             assert time.monotonic() < deadline, "the second save never started"
             time.sleep(0.001)
-        process.send_signal(signal.SIGKILL)   # mid-write of the 600 MB second checkpoint
+        process.send_signal(signal.SIGKILL)  # mid-write of the 600 MB second checkpoint
         process.wait(timeout=30)
     finally:
         if process.poll() is None:
@@ -329,7 +366,7 @@ def test_latest_checkpoint_skips_a_damaged_newest_file(tmp_path):
     result = train(tiny_config(checkpoint={"interval": 2, "keep": 3}), tmp_path / "run")
     folder = tmp_path / "run" / "checkpoints"
     newest = list_checkpoints(folder)[-1][1]
-    newest.write_bytes(newest.read_bytes()[:100])   # torn file
+    newest.write_bytes(newest.read_bytes()[:100])  # torn file
     path, payload = latest_checkpoint(folder)
     assert path != newest and payload["global_step"] < result.step
 
@@ -340,10 +377,13 @@ def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
     from studio.history import RunFollower
 
     counter = UpdateCounter()
-    result = train(tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=10),
-                   tmp_path / "run", sinks=[counter])
+    result = train(
+        tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=1.0, gif_max_frames=10),
+        tmp_path / "run",
+        sinks=[counter],
+    )
     events = read_events(tmp_path / "run" / "metrics.jsonl")
-    assert [event["type"] for event in events][::len(events) - 1] == ["start", "end"]
+    assert [event["type"] for event in events][:: len(events) - 1] == ["start", "end"]
     assert events == json.loads(json.dumps(counter.events))  # the file holds every event, as plain JSON
     run = RunFollower("run", tmp_path / "run").refresh(owner_alive=False).snapshot()
     assert run.status == "finished" and run.step == result.step == 1536
@@ -362,8 +402,11 @@ def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
 
 def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):
     counter = UpdateCounter()
-    train(tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=0.05, gif_max_frames=300), tmp_path / "run",
-          sinks=[counter])
+    train(
+        tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=0.05, gif_max_frames=300),
+        tmp_path / "run",
+        sinks=[counter],
+    )
     gifs = [event for event in counter.events if event["type"] == "gif"]
     # The first GIF comes right after the first update; seconds of training cannot pay for more at
     # 5%, so the rest wait, until the final one after training.

@@ -3,6 +3,7 @@ master and worker as two agents on 127.0.0.1 (the connect line, a wrong token re
 sides); and, marked slow, kill -9 of a worker's rank mid-run, a late worker admitted, a lost
 worker and the learning rate that follows the world size, and master / worker across two network
 namespaces. Every process is bounded by a timeout and killed with its process group."""
+
 import json
 import os
 import re
@@ -16,19 +17,33 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config.checks import ConfigError
 from trainer.cluster.admission import new_token
-from trainer.cluster.nodes import parse_endpoint, split_cluster_file
 from trainer.cluster.launch import free_port
+from trainer.cluster.nodes import parse_endpoint, split_cluster_file
+from trainer.config.checks import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDE = {"master": {"host": "192.168.1.100", "port": 54321},
-         "workers": [{"host": "192.168.1.101"}, {"host": "192.168.1.102"}],
-         "communication": {"protocol": "grpc", "batch_size": 1024}}
-TINY = ["--set", "num_envs=8", "--set", "num_steps=16", "--set", "gif_interval=0", "--set", "device=cpu",
-        "--set", "backend=gloo", "--set", "log_interval=1"]
+GUIDE = {
+    "master": {"host": "192.168.1.100", "port": 54321},
+    "workers": [{"host": "192.168.1.101"}, {"host": "192.168.1.102"}],
+    "communication": {"protocol": "grpc", "batch_size": 1024},
+}
+TINY = [
+    "--set",
+    "num_envs=8",
+    "--set",
+    "num_steps=16",
+    "--set",
+    "gif_interval=0",
+    "--set",
+    "device=cpu",
+    "--set",
+    "backend=gloo",
+    "--set",
+    "log_interval=1",
+]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", "RL_STUDIO_TOKEN": ""}
-PER_UPDATE = 8 * 16          # steps of one rank per update (TINY)
+PER_UPDATE = 8 * 16  # steps of one rank per update (TINY)
 
 
 def test_the_guides_cluster_file_is_accepted_with_notes():
@@ -48,9 +63,15 @@ class Agent:
     def __init__(self, log: Path, args: list[str], prefix: list[str] = ()):
         self.log = log
         self.handle = open(log, "w")
-        self.process = subprocess.Popen([*prefix, sys.executable, "-m", "trainer", *args], cwd=ROOT, env=ENV,
-                                        stdout=self.handle, stderr=subprocess.STDOUT, text=True,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "trainer", *args],
+            cwd=ROOT,
+            env=ENV,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -96,21 +117,41 @@ class Agent:
         self.handle.close()
 
 
-TOKEN = new_token()            # what the master prints when it makes one
+TOKEN = new_token()  # what the master prints when it makes one
 
 
 def _master(tmp_path, port, *extra, timesteps=2048, token=TOKEN, host="127.0.0.1", prefix=()):
     config = tmp_path / "cluster.yaml"
     config.write_text("env_name: cartpole\nmaster:\n  host: 127.0.0.1\n  port: 1\ncommunication:\n  protocol: grpc\n")
-    return Agent(tmp_path / "master.log",
-                 ["master", "--config", str(config), "--host", host, "--port", str(port), "--token", token,
-                  "--nproc", "1", "--runs-dir", str(tmp_path / "runs"), "--set", f"total_timesteps={timesteps}",
-                  *TINY, *extra], prefix)
+    return Agent(
+        tmp_path / "master.log",
+        [
+            "master",
+            "--config",
+            str(config),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--token",
+            token,
+            "--nproc",
+            "1",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--set",
+            f"total_timesteps={timesteps}",
+            *TINY,
+            *extra,
+        ],
+        prefix,
+    )
 
 
 def _worker(tmp_path, port, token=TOKEN, name="worker", host="127.0.0.1", prefix=()):
-    return Agent(tmp_path / f"{name}.log", ["worker", "--master", f"{host}:{port}", "--token", token, "--nproc", "1"],
-                 prefix)
+    return Agent(
+        tmp_path / f"{name}.log", ["worker", "--master", f"{host}:{port}", "--token", token, "--nproc", "1"], prefix
+    )
 
 
 def _run_dir(tmp_path) -> Path:
@@ -132,7 +173,7 @@ def test_master_and_worker_finish_a_run_and_a_wrong_token_is_refused(tmp_path):
     port = free_port()
     master = _master(tmp_path, port, "--set", "min_nodes=2", "--set", "max_nodes=2")
     master.wait_for("Master listening", 120)
-    intruder = _worker(tmp_path, port, token=new_token(), name="intruder")   # strong, but not this run's
+    intruder = _worker(tmp_path, port, token=new_token(), name="intruder")  # strong, but not this run's
     refused = intruder.finish(120)
     assert intruder.process.returncode == 2
     assert "refused by the master at" in refused and "wrong token" in refused and "--token" in refused
@@ -141,7 +182,7 @@ def test_master_and_worker_finish_a_run_and_a_wrong_token_is_refused(tmp_path):
     output = master.finish(120)
     assert master.process.returncode == 0 and worker.process.returncode == 0, output[-3000:] + worker_output[-2000:]
     assert "note: communication.protocol: ranks talk through torch.distributed" in output
-    assert "no TLS transport" in output and "no TLS transport" in worker_output   # said on both sides
+    assert "no TLS transport" in output and "no TLS transport" in worker_output  # said on both sides
     assert "Worker refused: 127.0.0.1 (wrong token)" in output
     assert "Worker connected: 127.0.0.1 (1 processes); 2 of 2..2 nodes" in output
     run_dir = _run_dir(tmp_path)
@@ -152,27 +193,39 @@ def test_master_and_worker_finish_a_run_and_a_wrong_token_is_refused(tmp_path):
 
 def _ranks_of(agent: Agent) -> list[int]:
     children = subprocess.run(["pgrep", "-P", str(agent.process.pid)], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in children
-            if "_rank" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+    return [
+        int(pid) for pid in children if "_rank" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    ]
 
 
 def kill_figures(output: str, run_dir: Path) -> dict:
     """Kills survived, re-formations and steps redone, from the master's log and metrics.jsonl."""
     resumed = [int(step) for step in re.findall(r"resumed from \S+ at step (\d+)", (run_dir / "train.log").read_text())]
     reached = [int(step) for step in re.findall(r"Run failed at step (\d+)", output)]
-    return {"re-formations": len(re.findall(r"Re-formed \(formation \d+\)", output)),
-            "steps redone": sum(failed - back for failed, back in zip(reached, resumed)),
-            "resumed at": resumed}
+    return {
+        "re-formations": len(re.findall(r"Re-formed \(formation \d+\)", output)),
+        "steps redone": sum(failed - back for failed, back in zip(reached, resumed)),
+        "resumed at": resumed,
+    }
 
 
 @pytest.mark.slow
 def test_a_killed_worker_rank_is_restarted_and_the_run_ends_at_total_timesteps(tmp_path):
     port, total = free_port(), 40_960
-    master = _master(tmp_path, port, "--set", "min_nodes=2", "--set", "max_nodes=2", "--set", "checkpoint.interval=4",
-                     timesteps=total)
+    master = _master(
+        tmp_path,
+        port,
+        "--set",
+        "min_nodes=2",
+        "--set",
+        "max_nodes=2",
+        "--set",
+        "checkpoint.interval=4",
+        timesteps=total,
+    )
     master.wait_for("Master listening", 120)
     worker = _worker(tmp_path, port)
-    master.wait_for(r"Checkpoint at step", 240)         # the run has something to resume from
+    master.wait_for(r"Checkpoint at step", 240)  # the run has something to resume from
     ranks = _ranks_of(worker)
     assert len(ranks) == 1, ranks
     os.kill(ranks[0], signal.SIGKILL)
@@ -185,8 +238,8 @@ def test_a_killed_worker_rank_is_restarted_and_the_run_ends_at_total_timesteps(t
     print(f"kill -9 of 1 worker rank: {figures}")
     assert figures["re-formations"] == 1 and "resuming from the newest checkpoint" in output, output[-4000:]
     assert len(figures["resumed at"]) == 1
-    assert 0 <= figures["steps redone"] <= 4 * 2 * PER_UPDATE      # at most one checkpoint interval
-    assert worker_output.count("failed (exitcode") == 1, worker_output[-3000:]   # one restart, not two
+    assert 0 <= figures["steps redone"] <= 4 * 2 * PER_UPDATE  # at most one checkpoint interval
+    assert worker_output.count("failed (exitcode") == 1, worker_output[-3000:]  # one restart, not two
 
 
 @pytest.mark.slow
@@ -196,9 +249,22 @@ def test_a_late_worker_is_admitted_a_lost_one_logged_and_the_lr_follows_the_worl
     lost', the master re-forms alone and ends the run. The per-rank batch stays at 128 steps,
     and with lr_scaling sqrt the learning rate is x sqrt(2) while there are two ranks."""
     port, total = free_port(), 100_096
-    master = _master(tmp_path, port, "--set", "min_nodes=1", "--set", "max_nodes=2", "--set", "lr_scaling=sqrt",
-                     "--set", "anneal_lr=false", "--set", "checkpoint.interval=2", timesteps=total)
-    master.wait_for(r"\[STEP \d+\]", 240)              # training alone
+    master = _master(
+        tmp_path,
+        port,
+        "--set",
+        "min_nodes=1",
+        "--set",
+        "max_nodes=2",
+        "--set",
+        "lr_scaling=sqrt",
+        "--set",
+        "anneal_lr=false",
+        "--set",
+        "checkpoint.interval=2",
+        timesteps=total,
+    )
+    master.wait_for(r"\[STEP \d+\]", 240)  # training alone
     worker = _worker(tmp_path, port)
     master.wait_for(r"Re-formed \(formation 2\): world 2 ranks", 240)
     master.wait_for(lambda output: output.split("Re-formed (formation 2)")[-1].count("[STEP ") >= 4, 120)
@@ -213,12 +279,16 @@ def test_a_late_worker_is_admitted_a_lost_one_logged_and_the_lr_follows_the_worl
     steps = [event["step"] for event in metrics]
     _assert_one_step_each(steps, total)
     increments = [later - earlier for earlier, later in zip([0] + steps, steps)]
-    assert set(increments) == {PER_UPDATE, 2 * PER_UPDATE}           # the per-rank batch stayed at 128
+    assert set(increments) == {PER_UPDATE, 2 * PER_UPDATE}  # the per-rank batch stayed at 128
     by_world = {increment // PER_UPDATE: event["learning_rate"] for increment, event in zip(increments, metrics)}
-    assert by_world[2] / by_world[1] == pytest.approx(2 ** 0.5, rel=1e-6)
-    logged = [int(samples) for samples in re.findall(r"lr_scaling sqrt: (\d+) samples per gradient step",
-                                                     (run_dir / "train.log").read_text())]
-    assert logged == [logged[0], 2 * logged[0], logged[0]], logged      # said at every formation
+    assert by_world[2] / by_world[1] == pytest.approx(2**0.5, rel=1e-6)
+    logged = [
+        int(samples)
+        for samples in re.findall(
+            r"lr_scaling sqrt: (\d+) samples per gradient step", (run_dir / "train.log").read_text()
+        )
+    ]
+    assert logged == [logged[0], 2 * logged[0], logged[0]], logged  # said at every formation
 
 
 def _netns_unavailable() -> str | None:
@@ -244,13 +314,19 @@ def two_namespaces():
     tag = uuid.uuid4().hex[:6]
     names, links = [f"rlst-m-{tag}", f"rlst-w-{tag}"], [f"rlm{tag}", f"rlw{tag}"]
     subnet = f"10.231.{int(tag[:2], 16)}"
-    commands = [["ip", "netns", "add", names[0]], ["ip", "netns", "add", names[1]],
-                ["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]]]
+    commands = [
+        ["ip", "netns", "add", names[0]],
+        ["ip", "netns", "add", names[1]],
+        ["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]],
+    ]
     for index in (0, 1):
         inside = ["ip", "netns", "exec", names[index], "ip"]
-        commands += [["ip", "link", "set", links[index], "netns", names[index]],
-                     inside + ["addr", "add", f"{subnet}.{index + 1}/24", "dev", links[index]],
-                     inside + ["link", "set", links[index], "up"], inside + ["link", "set", "lo", "up"]]
+        commands += [
+            ["ip", "link", "set", links[index], "netns", names[index]],
+            inside + ["addr", "add", f"{subnet}.{index + 1}/24", "dev", links[index]],
+            inside + ["link", "set", links[index], "up"],
+            inside + ["link", "set", "lo", "up"],
+        ]
     try:
         for command in commands:
             subprocess.run(command, check=True, capture_output=True, text=True)
@@ -263,11 +339,14 @@ def two_namespaces():
 @pytest.mark.slow
 def test_master_and_worker_across_two_network_namespaces(tmp_path, two_namespaces):
     (in_master, in_worker), (master_address, worker_address) = two_namespaces
-    assert subprocess.run(in_worker + ["ip", "-o", "addr"], capture_output=True, text=True).stdout.count(
-        master_address) == 0                     # the master's address is not the worker's own
-    port = 54321                                 # the guide's port: each namespace has its own ports
-    master = _master(tmp_path, port, "--set", "min_nodes=2", "--set", "max_nodes=2", host=master_address,
-                     prefix=in_master)
+    assert (
+        subprocess.run(in_worker + ["ip", "-o", "addr"], capture_output=True, text=True).stdout.count(master_address)
+        == 0
+    )  # the master's address is not the worker's own
+    port = 54321  # the guide's port: each namespace has its own ports
+    master = _master(
+        tmp_path, port, "--set", "min_nodes=2", "--set", "max_nodes=2", host=master_address, prefix=in_master
+    )
     master.wait_for("Master listening", 120)
     worker = _worker(tmp_path, port, host=master_address, prefix=in_worker)
     worker_output = worker.finish(300)
@@ -285,8 +364,11 @@ def test_collectives_use_the_interface_that_reaches_the_master(monkeypatch):
 
     from trainer.cluster.nodes import interface_of, pin_collectives_to
 
-    loopback = next(name for name, addresses in psutil.net_if_addrs().items()
-                    if any(item.address == "127.0.0.1" for item in addresses))
+    loopback = next(
+        name
+        for name, addresses in psutil.net_if_addrs().items()
+        if any(item.address == "127.0.0.1" for item in addresses)
+    )
     assert interface_of("127.0.0.1") == loopback and interface_of("203.0.113.77") is None
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "chosen0")

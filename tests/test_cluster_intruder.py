@@ -2,6 +2,7 @@
 sniffed from the wire) reads nothing of the run, joins nothing and runs no code, while an
 admitted worker trains to the end. Everything on 127.0.0.1; the intruder's guesses come from
 127.0.0.2 so that the throttle it earns does not lock out the worker on 127.0.0.1."""
+
 import base64
 import http.client
 import json
@@ -19,7 +20,7 @@ from test_cluster import ENV, ROOT, _master, _metrics, _ranks_of, _run_dir, _wor
 from trainer.cluster.admission import mac
 from trainer.cluster.launch import RANK_SETUP_ENV, free_port
 
-TOTAL = 500 * 2 * 128      # 500 updates of 2 ranks x 128 steps: long enough for the attacks mid-run
+TOTAL = 500 * 2 * 128  # 500 updates of 2 ranks x 128 steps: long enough for the attacks mid-run
 OLD_KEYS = ["rl_studio/config", "rl_studio/run_dir", "rl_studio/run_id", "rl_studio/nonce", "rl_studio/master_proof"]
 
 
@@ -69,14 +70,26 @@ def test_an_intruder_reads_nothing_joins_nothing_and_runs_nothing_while_a_worker
         status, text = _post(port, "/v1/challenge", {})
         challenge = json.loads(text)["challenge"]
         guess = f"guess-{attempt}-aaaaaaaaaaaaaaaaaaaa"
-        answers.append(_post(port, "/v1/join", {"challenge": challenge, "nonce": "n", "node": "evil", "host": "x",
-                                                "hostname": "x", "nproc": 1,
-                                                "proof": mac(guess, "join", challenge, "n", "evil")}))
+        answers.append(
+            _post(
+                port,
+                "/v1/join",
+                {
+                    "challenge": challenge,
+                    "nonce": "n",
+                    "node": "evil",
+                    "host": "x",
+                    "hostname": "x",
+                    "nproc": 1,
+                    "proof": mac(guess, "join", challenge, "n", "evil"),
+                },
+            )
+        )
     assert [status for status, _ in answers[:5]] == [403] * 5 and answers[5][0] == 429, answers
     assert "wrong token" in answers[0][1] and "try again in" in answers[5][1]
     seen = " ".join(text for _, text in answers)
     assert "cartpole" not in seen and str(run_dir) not in seen and "run_id" not in seen
-    assert _post(port, "/v1/join", b"x" * 200_000)[0] == 413         # bounded body, not a crash
+    assert _post(port, "/v1/join", b"x" * 200_000)[0] == 413  # bounded body, not a crash
 
     # 2. The store's port: the old well-known keys are gone, and the old admission freeze does nothing.
     store = TCPStore("127.0.0.1", port + 1, is_master=False, timeout=timedelta(seconds=10))
@@ -91,18 +104,39 @@ def test_an_intruder_reads_nothing_joins_nothing_and_runs_nothing_while_a_worker
     # 4. Worst case: the rendezvous id sniffed from the wire (here: read from a rank's environment).
     (rank,) = _ranks_of(master)
     environ = Path(f"/proc/{rank}/environ").read_bytes().split(b"\0")
-    setup = json.loads(next(item for item in environ if item.startswith(RANK_SETUP_ENV.encode() + b"="))
-                       .split(b"=", 1)[1])
+    setup = json.loads(
+        next(item for item in environ if item.startswith(RANK_SETUP_ENV.encode() + b"=")).split(b"=", 1)[1]
+    )
     run_id = setup["run_id"]
     store.set(f"torch.rendezvous.{run_id}", base64.b64encode(pickle.dumps(Payload(planted))).decode())
     master.wait_for("refused: the rendezvous state was written by a node that was not admitted", 60)
     script = tmp_path / "evil.py"
     script.write_text(f"open({str(stock_ran)!r}, 'w').write('joined')\n")
     stock = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1",
-         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port + 1}", "--rdzv-id", run_id,
-         "--max-restarts", "0", str(script)],
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1:2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port + 1}",
+            "--rdzv-id",
+            run_id,
+            "--max-restarts",
+            "0",
+            str(script),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert stock.returncode != 0, stock.stdout[-2000:] + stock.stderr[-2000:]
 
     output = master.finish(300)
@@ -110,7 +144,7 @@ def test_an_intruder_reads_nothing_joins_nothing_and_runs_nothing_while_a_worker
     assert master.process.returncode == 0 and worker.process.returncode == 0, output[-3000:] + worker_output[-2000:]
     assert not planted.exists() and not stock_ran.exists()
     assert output.count("Worker refused: 127.0.0.2 (wrong token)") == 5
-    assert "world: 2 ranks" in output and "Re-formed" not in output       # the intruder never became a rank
+    assert "world: 2 ranks" in output and "Re-formed" not in output  # the intruder never became a rank
     steps = [event["step"] for event in _metrics(run_dir)]
     assert steps[-1] == TOTAL and len(steps) == len(set(steps))
     assert "custom code (module:Class envs, wrappers) not allowed on this machine" in worker_output

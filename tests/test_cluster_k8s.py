@@ -1,5 +1,6 @@
 """Every Kubernetes manifest under deploy/k8s parses, and every command line in it is one the
 trainer (or torchrun, or the studio) accepts: a renamed flag fails here, not in a cluster."""
+
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,11 @@ MANIFESTS = sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
 
 def containers(document: dict) -> list[dict]:
     if document.get("kind") == "PyTorchJob":
-        return [container for replica in document["spec"]["pytorchReplicaSpecs"].values()
-                for container in replica["template"]["spec"]["containers"]]
+        return [
+            container
+            for replica in document["spec"]["pytorchReplicaSpecs"].values()
+            for container in replica["template"]["spec"]["containers"]
+        ]
     if document.get("kind") == "Deployment":
         return document["spec"]["template"]["spec"]["containers"]
     return []
@@ -44,7 +48,7 @@ def check_command(command: list[str]) -> None:
         args = build_train_parser().parse_args(rest)
         from trainer.config.defaults import load_config
 
-        load_config(ROOT / args.config if args.config else None, args.overrides)   # every --set key exists
+        load_config(ROOT / args.config if args.config else None, args.overrides)  # every --set key exists
 
 
 def test_there_are_manifests_for_the_job_and_the_studio():
@@ -58,8 +62,8 @@ def test_every_command_and_flag_is_accepted(path):
         if document.get("kind") == "PyTorchJob":
             policy = document["spec"]["elasticPolicy"]
             assert policy["rdzvBackend"] == "c10d" and policy["minReplicas"] <= policy["maxReplicas"]
-            for container in containers(document):   # a fixed folder on the volume: a restarted pod
-                assert "--run-dir" in container["command"]   # continues it (test_trainer_distributed.py)
+            for container in containers(document):  # a fixed folder on the volume: a restarted pod
+                assert "--run-dir" in container["command"]  # continues it (test_trainer_distributed.py)
         for container in containers(document):
             check_command(container["command"])
 

@@ -1,11 +1,15 @@
 """Config loading and validation: the errors a person sees, and the YAML people copy from guides."""
+
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainer.config.keys import ConfigError, TrainConfig, config_from_dict, config_reference
+from trainer.config.checks import ConfigError
 from trainer.config.defaults import load_config
+from trainer.config.keys import TrainConfig
+from trainer.config.reference import config_reference
+from trainer.config.validation import config_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +51,12 @@ def test_max_steps_is_an_alias_of_total_timesteps(tmp_path):
 def test_shipped_guide_config_loads():
     config = load_config(ROOT / "configs" / "train_flappy_bird.yaml")
     assert (config.model_type, config.num_envs, config.seed, config.total_timesteps, config.update_epochs) == (
-        "ppo-small", 64, 42, 2_000_000, 4)
+        "ppo-small",
+        64,
+        42,
+        2_000_000,
+        4,
+    )
     assert config.vector_env is True and config.num_workers == 8
 
 
@@ -61,7 +70,8 @@ def test_the_shipped_configs_are_the_listed_ones_and_every_game_has_its_tuned_co
 
     assert CONFIGS_DIR == ROOT / "configs"
     assert sorted(path.name for path in CONFIGS_DIR.glob("*.yaml")) == SHIPPED_CONFIGS, (
-        "a config was added to or removed from configs/: list it in SHIPPED_CONFIGS, so that it is loaded below")
+        "a config was added to or removed from configs/: list it in SHIPPED_CONFIGS, so that it is loaded below"
+    )
     for game in builtin_env_names():
         assert shipped_config_path(game) == CONFIGS_DIR / f"{game}.yaml", f"{game} has no tuned config"
 
@@ -72,7 +82,7 @@ def test_every_shipped_config_loads_and_validates(name):
     file `python -m trainer master --config` (its master / workers / communication sections split
     off first). A missing file or a key that does not validate is a failure, never a skip."""
     from trainer.cluster.nodes import split_cluster_file
-    from trainer.config.keys import read_yaml_mapping
+    from trainer.config.loading import read_yaml_mapping
 
     path = ROOT / "configs" / name
     if name == "cluster.yaml":
@@ -86,7 +96,7 @@ def test_every_shipped_config_loads_and_validates(name):
     assert config.batch_size == config.num_envs * config.num_steps
     assert config.batch_size % config.mini_batch_size == 0
     stem = path.stem.removeprefix("train_")
-    if stem in ("cartpole", "flappy_bird", "snake"):   # a game's own file names that game
+    if stem in ("cartpole", "flappy_bird", "snake"):  # a game's own file names that game
         from envs import resolve_env_name
 
         assert resolve_env_name(config.env_name) == stem
@@ -183,7 +193,9 @@ def test_bad_yaml_and_missing_file_are_config_errors(tmp_path):
 
 
 def test_round_trip_through_dict_keeps_every_value():
-    config = load_config(None, ["num_envs=16", "num_steps=8", "checkpoint.keep=5", "env_kwargs={max_episode_steps: 100}"])
+    config = load_config(
+        None, ["num_envs=16", "num_steps=8", "checkpoint.keep=5", "env_kwargs={max_episode_steps: 100}"]
+    )
     again = config_from_dict(config.to_dict())
     assert again == config
     assert isinstance(again, TrainConfig)
@@ -192,20 +204,21 @@ def test_round_trip_through_dict_keeps_every_value():
 def test_docs_config_reference_is_the_declarations_table():
     """docs/config.md carries the tables generated from trainer/config/keys.py and defaults.py (docs/build.py)."""
     from trainer.config.defaults import untuned_defaults_markdown
-    from trainer.config.keys import reference_markdown
+    from trainer.config.reference import reference_markdown
 
     page = (ROOT / "docs" / "config.md").read_text()
     assert reference_markdown() in page and untuned_defaults_markdown() in page, (
-        "docs/config.md's config reference or untuned defaults are stale: run python docs/build.py")
+        "docs/config.md's config reference or untuned defaults are stale: run python docs/build.py"
+    )
     assert all(f"`{key}`" in reference_markdown() for key, _, _ in config_reference())
 
 
 def test_overrides_replace_values_derived_in_a_saved_config(tmp_path):
     saved = tmp_path / "config.yaml"
-    from trainer.config.keys import to_yaml
+    from trainer.config.loading import to_yaml
 
     saved.write_text(to_yaml(load_config(None, ["num_envs=8", "num_steps=16", "mini_batch_size=32"])))
-    config = load_config(saved, ["num_envs=16"])      # the saved batch_size (128) makes way
+    config = load_config(saved, ["num_envs=16"])  # the saved batch_size (128) makes way
     assert (config.num_envs, config.num_steps, config.batch_size, config.num_minibatches) == (16, 16, 256, 8)
     config = load_config(saved, ["batch_size=64"])
     assert (config.num_steps, config.batch_size, config.num_minibatches) == (8, 64, 2)
@@ -219,9 +232,11 @@ def test_an_env_without_a_tuned_config_starts_from_the_defaults_of_its_kind_of_a
     assert any(getattr(declared, name) != value for name, value in continuous.items())
     # Box actions (Pendulum-v1): the same settings from the CLI, a YAML file that leaves them out,
     # and the Python API / studio form (shipped_config).
-    for config in (load_config(None, ["env_name=Pendulum-v1"]),
-                   load_config(write(tmp_path, "env_id: Pendulum-v1\ntotal_timesteps: 50000\n")),
-                   shipped_config("Pendulum-v1")):
+    for config in (
+        load_config(None, ["env_name=Pendulum-v1"]),
+        load_config(write(tmp_path, "env_id: Pendulum-v1\ntotal_timesteps: 50000\n")),
+        shipped_config("Pendulum-v1"),
+    ):
         assert {name: getattr(config, name) for name in continuous} == continuous
     assert "continuous" in defaults_source("Pendulum-v1") and "no tuned config" in defaults_source("Pendulum-v1")
     # What the user gives wins, and a batch_size given replaces the table's num_steps.

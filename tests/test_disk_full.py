@@ -1,6 +1,7 @@
 """A run that fails for a full disk (ENOSPC) or a used-up quota (EDQUOT), wherever in training the
 write fails, says so where people look: the `error` event the studio's status line shows, and the
 CLI's error line. The run ends `failed`, once, and its folder is free for a resume."""
+
 import errno
 import html
 import json
@@ -15,21 +16,32 @@ from studio import views
 from studio.history import RunFollower
 from trainer.cluster.process import run_training
 
-TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
-        "total_timesteps": 8 * 16 * 3, "gif_interval": 0, "torch_threads": 1, "device": "cpu",
-        "checkpoint": {"interval": 1}}
+TINY = {
+    "env_name": "cartpole",
+    "num_envs": 8,
+    "num_steps": 16,
+    "mini_batch_size": 32,
+    "update_epochs": 1,
+    "total_timesteps": 8 * 16 * 3,
+    "gif_interval": 0,
+    "torch_threads": 1,
+    "device": "cpu",
+    "checkpoint": {"interval": 1},
+}
 FREE = 1_500_000  # what the disk is said to have left: the message shows it as 1.5 MB
 
 
 def full_disk_at_checkpoints(monkeypatch):
     def refuse(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
     monkeypatch.setattr(trainer.run.checkpoint, "atomic_write", refuse)  # atomic_save's writer
 
 
 def quota_used_up_at_config_yaml(monkeypatch):
     def refuse(run_dir, config):
         raise OSError(errno.EDQUOT, "Disk quota exceeded", str(run_dir / "config.yaml"))
+
     monkeypatch.setattr(trainer.run.loop, "write_config", refuse)  # a raw OSError, not a StorageError
 
 
@@ -38,8 +50,9 @@ def little_free_space(monkeypatch):
     monkeypatch.setattr(trainer.run.storage, "free_bytes", lambda path: FREE)
 
 
-@pytest.mark.parametrize("fail_write", [full_disk_at_checkpoints, quota_used_up_at_config_yaml],
-                         ids=["ENOSPC-checkpoint", "EDQUOT-config"])
+@pytest.mark.parametrize(
+    "fail_write", [full_disk_at_checkpoints, quota_used_up_at_config_yaml], ids=["ENOSPC-checkpoint", "EDQUOT-config"]
+)
 def test_the_studio_shows_which_disk_is_full_and_the_run_ends_failed_once(tmp_path, monkeypatch, fail_write):
     fail_write(monkeypatch)
     run_dir = (tmp_path / "runs" / "cartpole-ppo-small-1").resolve()
@@ -47,7 +60,7 @@ def test_the_studio_shows_which_disk_is_full_and_the_run_ends_failed_once(tmp_pa
     events = queue_module.Queue()
     run_training(TINY, str(run_dir), events, None, False)  # the studio's entry point, in this process
 
-    expected = (f"the disk holding {run_dir} is full (1.5 MB free): free space or choose another --runs-dir")
+    expected = f"the disk holding {run_dir} is full (1.5 MB free): free space or choose another --runs-dir"
     state = RunFollower(run_dir.name, run_dir).refresh(owner_alive=False)
     run = state.snapshot()
     assert run.status == "failed"
@@ -76,6 +89,8 @@ def test_the_cli_says_the_same_in_its_error_line(tmp_path, monkeypatch, capsys):
     (run_dir,) = runs.iterdir()
     error = capsys.readouterr().err
     assert code == 1
-    assert error.startswith(f"error: training failed: the disk holding {run_dir.resolve()} is full (1.5 MB free): "
-                            "free space or choose another --runs-dir"), error
+    assert error.startswith(
+        f"error: training failed: the disk holding {run_dir.resolve()} is full (1.5 MB free): "
+        "free space or choose another --runs-dir"
+    ), error
     assert "StorageError" not in error and "Traceback" not in error

@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import torch
 
-from envs import make_vec_env
-from envs.gym_vec import GymVecEnv
 import envs.doorbell
+from envs import make_vec_env
 from envs.cores import resolve_num_workers
+from envs.gym_vec import GymVecEnv
 from envs.pool import EnvWorkerError
 from envs_helpers import ScoringEnv
-from trainer.config.keys import ConfigError, config_from_dict
+from trainer.config.checks import ConfigError
+from trainer.config.validation import config_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

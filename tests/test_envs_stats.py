@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from envs import EpisodeStats, EpisodeSummary
-from envs.base import RECENT_EPISODES
+from envs.stats import RECENT_EPISODES
 
 torch.set_num_threads(1)
 

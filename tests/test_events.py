@@ -1,5 +1,6 @@
 """The event schema: declared once (trainer/run/events.py EVENT_SCHEMA), enforced by make_event, and
 shown in docs/architecture.md as the same table."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,8 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 def documented_schema() -> dict[str, tuple[set[str], set[str]]]:
     """type -> (required, optional) field names, from the table under "Events (the schema the studio reads)"."""
     text = DOCS.read_text(encoding="utf-8")
-    section = text[text.index("### Events (the schema the studio reads)"):]
-    section = section[:section.index("\n#", 1)]
+    section = text[text.index("### Events (the schema the studio reads)") :]
+    section = section[: section.index("\n#", 1)]
     rows = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -41,8 +42,9 @@ def test_make_event_refuses_a_missing_or_an_undeclared_field():
         make_event("checkpoint", step=3, path="/x", pth="/x")
     with pytest.raises(KeyError, match="unknown event type 'chekpoint'"):
         make_event("chekpoint", step=3, path="/x")
-    event = make_event("gif", step=1, path=Path("/r/a.gif"), episode_return=float("nan"), episode_score=2.0,
-                       frames=3, seconds=0.1)
+    event = make_event(
+        "gif", step=1, path=Path("/r/a.gif"), episode_return=float("nan"), episode_score=2.0, frames=3, seconds=0.1
+    )
     assert event["path"] == "/r/a.gif" and event["episode_return"] is None and isinstance(event["time"], float)
 
 

@@ -1,6 +1,7 @@
 """ONNX export: the exported graph acts as the PyTorch policy does (every model type, random and
 real observations, any batch size), carries its metadata, and plays CartPole-v1 with
 onnxruntime alone, in a process that never imports torch."""
+
 import json
 import os
 import subprocess
@@ -16,19 +17,28 @@ import torch
 ort = pytest.importorskip("onnxruntime", reason="optional extra: pip install -r requirements-export.txt")
 pytest.importorskip("onnx", reason="optional extra: pip install -r requirements-export.txt")
 
-from trainer.run.checkpoint import TrainedModel, load_model  # noqa: E402
-from trainer.config.keys import config_from_dict
 from trainer.config.defaults import load_config
-from trainer.serving.export import ExportError, export_onnx  # noqa: E402
-from trainer.run.loop import train  # noqa: E402
+from trainer.config.validation import config_from_dict
 from trainer.nets.policies import build_policy  # noqa: E402
 from trainer.nets.spec import make_policy_spec  # noqa: E402
+from trainer.run.checkpoint import TrainedModel, load_model  # noqa: E402
+from trainer.run.loop import train  # noqa: E402
+from trainer.serving.export import ExportError, export_onnx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = {"num_envs": 8, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 1, "total_timesteps": 8 * 16 * 3,
-        "gif_interval": 0, "seed": 5, "device": "cpu", "checkpoint": {"interval": 0}}
+TINY = {
+    "num_envs": 8,
+    "num_steps": 16,
+    "mini_batch_size": 64,
+    "update_epochs": 1,
+    "total_timesteps": 8 * 16 * 3,
+    "gif_interval": 0,
+    "seed": 5,
+    "device": "cpu",
+    "checkpoint": {"interval": 0},
+}
 TRAINED = {  # a few updates each, so that the normalisation statistics are far from (0, 1)
     "mlp-discrete-normobs": {"env_name": "cartpole", "model_type": "ppo-small", "norm_obs": True},
     "mlp-continuous-normobs": {"env_name": "Pendulum-v1", "model_type": "ppo-medium", "norm_obs": True},
@@ -48,8 +58,9 @@ def image_model() -> TrainedModel:
     spec = make_policy_spec("ppo-cnn", gymnasium.spaces.Box(0, 255, (64, 64, 3)), gymnasium.spaces.Discrete(5))
     torch.manual_seed(0)
     policy = build_policy(spec).eval()
-    return TrainedModel(policy, {"policy_spec": spec, "config": {"env_name": "images"}, "global_step": 7},
-                        torch.device("cpu"))
+    return TrainedModel(
+        policy, {"policy_spec": spec, "config": {"env_name": "images"}, "global_step": 7}, torch.device("cpu")
+    )
 
 
 def onnx_session(path):
@@ -97,8 +108,10 @@ def assert_parity(model: TrainedModel, onnx_path: Path, obs: np.ndarray) -> dict
         np.testing.assert_allclose(action, expected_action, rtol=1e-4, atol=1e-5)
         low, high = model.spec["action"]["low"], model.spec["action"]["high"]
         assert (action >= np.array(low) - 1e-6).all() and (action <= np.array(high) + 1e-6).all()
-    return {"max_abs_detail": float(np.abs(detail - expected_detail).max()),
-            "max_abs_value": float(np.abs(value - expected_value).max())}
+    return {
+        "max_abs_detail": float(np.abs(detail - expected_detail).max()),
+        "max_abs_value": float(np.abs(value - expected_value).max()),
+    }
 
 
 def test_exported_policy_matches_pytorch_on_random_and_real_observations(trained, tmp_path):
@@ -148,12 +161,22 @@ def test_export_refuses_a_wrong_file_name_and_a_missing_model(tmp_path):
 def test_cli_export_writes_the_file_and_reports_errors(tmp_path):
     result = train(config_from_dict({**TINY, "env_name": "cartpole"}), tmp_path / "run")
     out = tmp_path / "cli.onnx"
-    done = subprocess.run([sys.executable, "-m", "trainer", "export", str(result.final_model), "--onnx", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", "export", str(result.final_model), "--onnx", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert out.is_file() and "raw observations -> action" in done.stdout
-    missing = subprocess.run([sys.executable, "-m", "trainer", "export", str(tmp_path / "nope.pth"), "--onnx",
-                              str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    missing = subprocess.run(
+        [sys.executable, "-m", "trainer", "export", str(tmp_path / "nope.pth"), "--onnx", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert missing.returncode == 2 and "no such file or run folder" in missing.stderr
 
 
@@ -185,8 +208,13 @@ def cartpole_475(tmp_path_factory):
 
 def test_onnx_model_plays_gymnasium_cartpole_without_torch(cartpole_475, tmp_path):
     path = export_onnx(cartpole_475, tmp_path / "cartpole.onnx")
-    done = subprocess.run([sys.executable, "-c", PLAY_WITHOUT_TORCH, str(path), "20"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PLAY_WITHOUT_TORCH, str(path), "20"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["torch_imported"] is False
@@ -196,9 +224,14 @@ def test_onnx_model_plays_gymnasium_cartpole_without_torch(cartpole_475, tmp_pat
 def test_the_flappy_bird_example_plays_from_the_onnx_file(tmp_path):
     result = train(config_from_dict({**TINY, "env_name": "flappy_bird"}), tmp_path / "run")
     path = export_onnx(result.final_model, tmp_path / "flappy.onnx")
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "play_flappy_onnx.py"), str(path), "--episodes", "2",
-                           "--no-window"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "SDL_VIDEODRIVER": "dummy"})
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "play_flappy_onnx.py"), str(path), "--episodes", "2", "--no-window"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SDL_VIDEODRIVER": "dummy"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("score") == 2 and "episode 2" in done.stdout
 
@@ -222,16 +255,16 @@ def export_cli(capsys, *args: str) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
-def test_cli_export_refuses_an_existing_file_without_force_and_replaces_it_atomically_with(snake_run, tmp_path,
-                                                                                           capsys):
+def test_cli_export_refuses_an_existing_file_without_force_and_replaces_it_atomically_with(snake_run, tmp_path, capsys):
     out = tmp_path / "agent.onnx"
     out.write_bytes(b"my earlier export")
     keep = tmp_path / "hard-link-to-the-earlier-file"
     os.link(out, keep)
     code, text = export_cli(capsys, snake_run, "--onnx", out)
     assert code == 2
-    assert text.strip() == (f"error: --onnx {out}: there is a file at this path already; pass --force to replace "
-                            f"it, or choose another name")
+    assert text.strip() == (
+        f"error: --onnx {out}: there is a file at this path already; pass --force to replace it, or choose another name"
+    )
     assert out.read_bytes() == b"my earlier export"
 
     code, text = export_cli(capsys, snake_run, "--onnx", out, "--force")
@@ -256,7 +289,9 @@ def test_cli_export_never_writes_through_a_symbolic_link(snake_run, tmp_path, ca
     code, text = export_cli(capsys, snake_run, "--onnx", link, "--force")
     assert code == 0, text
     assert not link.is_symlink() and link.is_file()  # the link itself was replaced ...
-    assert (target.read_text() == "not yours to overwrite") if not dangling else not target.exists()  # ... not its target
+    assert (
+        (target.read_text() == "not yours to overwrite") if not dangling else not target.exists()
+    )  # ... not its target
     onnx_session(link)
 
 

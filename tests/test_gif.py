@@ -1,32 +1,39 @@
 """Rollout GIFs: when the loop records one (GifSchedule), what the recorder plays and draws, and
 the caption that says what a GIF shows of its episode (trainer/run/events.py clip_caption), shared
 by the Train view, the log, `trainer evaluate --gif` and the Evaluate tab."""
+
 from __future__ import annotations
 
 import pytest
 from PIL import Image
 
 from envs import make_vec_env
-from trainer.config.keys import config_from_dict
+from trainer.config.validation import config_from_dict
 from trainer.run.events import clip_caption, format_event, make_event
 from trainer.run.gif import PLAY_ON_SECONDS, GifRecorder, GifResult, GifSchedule
 from trainer.run.setup import policy_spec
-
 
 # -- the caption ---------------------------------------------------------------------------------
 
 
 def test_the_caption_says_whether_the_gif_holds_the_whole_episode():
-    assert (clip_caption(212, 212, True, 212.0, 212.0, "steps balanced")
-            == "whole episode, 212 steps · 212 steps balanced · return 212.0")
+    assert (
+        clip_caption(212, 212, True, 212.0, 212.0, "steps balanced")
+        == "whole episode, 212 steps · 212 steps balanced · return 212.0"
+    )
     # Cut by the frame limit, played on to the end: the episode's own length, score and return.
-    assert (clip_caption(300, 2140, True, 1291.46, 31.0, "pipes")
-            == "first 300 of 2,140 steps · 31 pipes · return 1,291.5")
+    assert (
+        clip_caption(300, 2140, True, 1291.46, 31.0, "pipes") == "first 300 of 2,140 steps · 31 pipes · return 1,291.5"
+    )
     # Still running when the time to play on ran out: what it had reached, said as such.
-    assert (clip_caption(300, 5000, False, 1900.0, 140.0, "pipes")
-            == "first 300 steps of an episode still running after 5,000 · 140 pipes so far · return 1,900.0 so far")
-    assert (clip_caption(300, 300, False, 90.0, 7.0, "pipes")
-            == "first 300 steps of an episode still running · 7 pipes so far · return 90.0 so far")
+    assert (
+        clip_caption(300, 5000, False, 1900.0, 140.0, "pipes")
+        == "first 300 steps of an episode still running after 5,000 · 140 pipes so far · return 1,900.0 so far"
+    )
+    assert (
+        clip_caption(300, 300, False, 90.0, 7.0, "pipes")
+        == "first 300 steps of an episode still running · 7 pipes so far · return 90.0 so far"
+    )
     # No unit known (the log line); a Gymnasium env, whose score is the return (said once);
     # an event written before these fields existed.
     assert clip_caption(50, 50, True, -0.1, 0.0) == "whole episode, 50 steps · score 0 · return -0.1"
@@ -35,18 +42,40 @@ def test_the_caption_says_whether_the_gif_holds_the_whole_episode():
 
 
 def test_the_log_line_of_a_gif_uses_the_same_caption():
-    event = make_event("gif", step=8192, path="/r/rollouts/step_8192.gif", episode_return=1291.5, episode_score=31.0,
-                       frames=300, seconds=2.0, steps_shown=300, episode_steps=2140, episode_ended=True)
-    assert format_event(event) == ("Rollout GIF at step 8192 (300 frames): first 300 of 2,140 steps · "
-                                   "score 31 · return 1,291.5: /r/rollouts/step_8192.gif")
+    event = make_event(
+        "gif",
+        step=8192,
+        path="/r/rollouts/step_8192.gif",
+        episode_return=1291.5,
+        episode_score=31.0,
+        frames=300,
+        seconds=2.0,
+        steps_shown=300,
+        episode_steps=2140,
+        episode_ended=True,
+    )
+    assert format_event(event) == (
+        "Rollout GIF at step 8192 (300 frames): first 300 of 2,140 steps · "
+        "score 31 · return 1,291.5: /r/rollouts/step_8192.gif"
+    )
 
 
 # -- the schedule --------------------------------------------------------------------------------
 
 
 def result(seconds: float, frames: int, drawing_seconds: float | None = None, played_on: int = 0) -> GifResult:
-    return GifResult("x.gif", 0.0, 0.0, frames, seconds, frames, frames + played_on, True,
-                     drawing_seconds=seconds if drawing_seconds is None else drawing_seconds, steps_played_on=played_on)
+    return GifResult(
+        "x.gif",
+        0.0,
+        0.0,
+        frames,
+        seconds,
+        frames,
+        frames + played_on,
+        True,
+        drawing_seconds=seconds if drawing_seconds is None else drawing_seconds,
+        steps_played_on=played_on,
+    )
 
 
 def test_the_first_gif_comes_right_after_the_first_update_whatever_the_budget():
@@ -60,7 +89,7 @@ def test_the_first_gif_comes_right_after_the_first_update_whatever_the_budget():
 def test_then_one_every_interval_seconds_while_the_budget_allows():
     schedule = GifSchedule(interval=20, max_frames=300, time_fraction=0.05)
     schedule.started(100.0)
-    schedule.spent(result(seconds=0.2, frames=40))   # 5 ms a frame
+    schedule.spent(result(seconds=0.2, frames=40))  # 5 ms a frame
     # Interval not yet passed: not due, however much budget is left.
     assert not schedule.due(now=119.0, training_seconds=1000.0, episode_length=40)
     assert schedule.due(now=120.0, training_seconds=1000.0, episode_length=40)
@@ -104,6 +133,7 @@ def cartpole_recorder():
         return GifRecorder(lambda: make_vec_env("cartpole", 1, device="cpu", seed=1), spec, max_frames)
 
     from trainer.nets.policies import build_policy
+
     return recorder, build_policy(spec).state_dict()
 
 
@@ -133,23 +163,36 @@ def test_a_cut_episode_is_played_on_to_its_end_and_the_caption_says_so(tmp_path,
     recorder.close()
     # It stops at the 4th frame, taken after 6 steps: 6 steps played, all of them shown.
     assert not running.episode_ended and running.episode_steps == running.steps_shown == 6
-    assert running.caption == ("first 6 steps of an episode still running · 6 steps balanced so far · "
-                               "return 6.0 so far")
+    assert running.caption == (
+        "first 6 steps of an episode still running · 6 steps balanced so far · return 6.0 so far"
+    )
 
 
 def test_evaluate_gifs_are_captioned_the_same_way(tmp_path):
     """`trainer evaluate --gif` and the Evaluate tab: the GIF of the first episode, cut at its
     frame limit, says so with the episode's real length (played to the end anyway)."""
     from studio.evaluate import evaluate_checkpoint
-    from trainer.serving.evaluate import evaluate
     from trainer.run.loop import train
+    from trainer.serving.evaluate import evaluate
 
-    config = config_from_dict({"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64,
-                               "total_timesteps": 256, "gif_interval": 0, "seed": 2, "device": "cpu"})
+    config = config_from_dict(
+        {
+            "env_name": "cartpole",
+            "num_envs": 8,
+            "num_steps": 16,
+            "mini_batch_size": 64,
+            "total_timesteps": 256,
+            "gif_interval": 0,
+            "seed": 2,
+            "device": "cpu",
+        }
+    )
     model = train(config, tmp_path / "run").final_model
     whole = evaluate(model, episodes=2, num_envs=1, gif_path=tmp_path / "whole.gif", gif_max_frames=10_000)
-    assert whole.gif_caption == (f"whole episode, {whole.lengths[0]} steps · {whole.scores[0]:.0f} steps balanced · "
-                                 f"return {whole.returns[0]:.1f}")
+    assert whole.gif_caption == (
+        f"whole episode, {whole.lengths[0]} steps · {whole.scores[0]:.0f} steps balanced · "
+        f"return {whole.returns[0]:.1f}"
+    )
     cut = evaluate(model, episodes=2, num_envs=1, gif_path=tmp_path / "cut.gif", gif_max_frames=3)
     assert cut.gif_caption == whole.gif_caption.replace("whole episode,", "first 6 of")
     assert f"({cut.gif_caption})" in cut.summary()

@@ -1,5 +1,6 @@
 """Resources: the trainer sizes its threads from the CPU quota it is given (cgroup limits, as under
 `docker run --cpus=2`), not from the host's core count; a run refuses a nearly full runs disk."""
+
 from __future__ import annotations
 
 import os
@@ -61,7 +62,7 @@ def test_a_run_refuses_to_start_when_the_runs_disk_is_almost_full(tmp_path, monk
 
     import pytest
 
-    from trainer.config.keys import ConfigError
+    from trainer.config.checks import ConfigError
     from trainer.config.preflight import check_writable_folder
 
     check_writable_folder(tmp_path / "runs", "--runs-dir")  # plenty of space: fine

@@ -1,5 +1,6 @@
 """trainer/serving/metrics_export.py: what Prometheus reads from a trainer (names, values, labels), and
 the one definition of "the return fell for N updates" and "a loss is not finite"."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,15 @@ from prometheus_client.registry import CollectorRegistry
 from metrics_helpers import metrics_event
 from test_studio_helpers import free_port
 from trainer.run.events import make_event
-from trainer.serving.metrics_export import (METRICS, MetricsSink, RunsCollector, exported_names, falling_streak,
-                                    falling_streaks, parse_gpu_csv)
+from trainer.serving.metrics_export import (
+    METRICS,
+    MetricsSink,
+    RunsCollector,
+    exported_names,
+    falling_streak,
+    falling_streaks,
+    parse_gpu_csv,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,8 +48,11 @@ def scrape(sink: MetricsSink, runs_dir=None, gpus=lambda: []) -> dict[str, list]
 def fed_sink(returns, **losses) -> MetricsSink:
     sink = MetricsSink()
     config = {"env_name": "snake", "model_type": "ppo-cnn", "warn_falling_updates": 3}
-    sink(make_event("start", run_id="snake-1", config=config, device="cpu", total_timesteps=10**6,
-                    resumed_from_step=None))
+    sink(
+        make_event(
+            "start", run_id="snake-1", config=config, device="cpu", total_timesteps=10**6, resumed_from_step=None
+        )
+    )
     for update, value in enumerate(returns, start=1):
         sink(metrics_event(update, value, **(losses if update == len(returns) else {})))
     return sink
@@ -50,9 +61,9 @@ def fed_sink(returns, **losses) -> MetricsSink:
 def test_falling_streak_counts_consecutive_drops_and_skips_updates_without_episodes():
     assert falling_streak([]) == 0
     assert falling_streak([5, 4, 3, 2]) == 3
-    assert falling_streak([5, 4, 6, 5]) == 1          # a rise breaks the streak
-    assert falling_streak([5, 4, None, 3]) == 2       # no episode ended: neither breaks nor extends
-    assert falling_streak([5, 5, 5]) == 0             # flat is not falling
+    assert falling_streak([5, 4, 6, 5]) == 1  # a rise breaks the streak
+    assert falling_streak([5, 4, None, 3]) == 2  # no episode ended: neither breaks nor extends
+    assert falling_streak([5, 5, 5]) == 0  # flat is not falling
     assert falling_streaks([3, 2, 1, 2]) == [0, 1, 2, 0]
 
 
@@ -68,7 +79,7 @@ def test_a_trainer_exports_its_run_with_prometheus_names_and_labels(tmp_path):
     assert found["rlstudio_nonfinite_losses"][0].value == 0
     running = {sample.labels["status"]: sample.value for sample in found["rlstudio_run_status"]}
     assert running["running"] == 1 and sum(running.values()) == 1
-    assert found["rlstudio_process_resident_memory_bytes"][0].value > 10 * 2**20   # this very process
+    assert found["rlstudio_process_resident_memory_bytes"][0].value > 10 * 2**20  # this very process
     assert found["rlstudio_runs_disk_size_bytes"][0].value >= found["rlstudio_runs_disk_free_bytes"][0].value > 0
     assert set(found) <= exported_names() | {"rlstudio_runs_disk_free_bytes"}
 
@@ -124,9 +135,24 @@ def test_metric_names_follow_prometheus_conventions():
 
 def test_the_cli_serves_metrics_on_metrics_port_while_training(tmp_path):
     port = free_port()
-    command = [sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir", str(tmp_path),
-               "--set", "total_timesteps=2000000", "--set", "num_envs=8", "--set", "gif_interval=0",
-               "--metrics-port", str(port), "--quiet"]  # no --metrics-host: the default, this machine only
+    command = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "-c",
+        "configs/cartpole.yaml",
+        "--runs-dir",
+        str(tmp_path),
+        "--set",
+        "total_timesteps=2000000",
+        "--set",
+        "num_envs=8",
+        "--set",
+        "gif_interval=0",
+        "--metrics-port",
+        str(port),
+        "--quiet",
+    ]  # no --metrics-host: the default, this machine only
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         steps = []
@@ -155,10 +181,27 @@ def test_a_busy_metrics_port_is_a_clear_usage_error(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir",
-                                 str(tmp_path), "--set", "total_timesteps=1000", "--metrics-port", str(port),
-                                 "--metrics-host", "127.0.0.1"], cwd=REPO, capture_output=True, text=True,
-                                timeout=120)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer",
+                "-c",
+                "configs/cartpole.yaml",
+                "--runs-dir",
+                str(tmp_path),
+                "--set",
+                "total_timesteps=1000",
+                "--metrics-port",
+                str(port),
+                "--metrics-host",
+                "127.0.0.1",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 2
     assert f"--metrics-port {port}" in result.stderr and "pick a free port" in result.stderr
 
@@ -205,9 +248,25 @@ def test_a_public_metrics_host_without_a_key_is_refused_before_anything_starts(t
     with pytest.raises(PublicBindError, match="--metrics-key"):
         serve_trainer_metrics(0, "0.0.0.0")
     monkeypatch.delenv("RL_STUDIO_METRICS_KEY", raising=False)
-    result = subprocess.run([sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir",
-                             str(tmp_path / "runs"), "--metrics-port", str(free_port()), "--metrics-host", "0.0.0.0"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "-c",
+            "configs/cartpole.yaml",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--metrics-port",
+            str(free_port()),
+            "--metrics-host",
+            "0.0.0.0",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "--metrics-host 0.0.0.0" in result.stderr and "--metrics-key KEY" in result.stderr
     assert "RL_STUDIO_METRICS_KEY" in result.stderr and "Traceback" not in result.stderr
@@ -218,8 +277,16 @@ def test_with_a_key_a_scrape_needs_it_as_a_bearer_token():
     from trainer.serving.metrics_server import serve_trainer_metrics
 
     sink, server = serve_trainer_metrics(0, "127.0.0.1", key="s3cret-key")
-    sink(make_event("start", run_id="keyed-1", config={"env_name": "cartpole"}, device="cpu",
-                    total_timesteps=1000, resumed_from_step=None))
+    sink(
+        make_event(
+            "start",
+            run_id="keyed-1",
+            config={"env_name": "cartpole"},
+            device="cpu",
+            total_timesteps=1000,
+            resumed_from_step=None,
+        )
+    )
     url = f"http://127.0.0.1:{server.address[1]}/metrics"
     try:
         status, body = scrape_status(url)

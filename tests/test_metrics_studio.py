@@ -1,5 +1,6 @@
 """The studio's side of monitoring: GET /metrics on the real Gradio server for every run it
 knows, and the warnings (banner, log line) for a falling return or a non-finite loss."""
+
 from __future__ import annotations
 
 import base64
@@ -43,8 +44,15 @@ def serve(manager: RunManager, auth, tmp_path) -> tuple[gr.Blocks, str]:
 
 def test_studio_metrics_list_every_run_with_its_labels_and_status(tmp_path):
     write_run(tmp_path, "cartpole-a", [1.0, 2.0, 3.0], end="finished")
-    write_run(tmp_path, "snake-b", [5.0, 4.0, 3.0], env_name="snake", model_type="ppo-cnn",
-              losses={3: {"policy_loss": None}}, end="failed")
+    write_run(
+        tmp_path,
+        "snake-b",
+        [5.0, 4.0, 3.0],
+        env_name="snake",
+        model_type="ppo-cnn",
+        losses={3: {"policy_loss": None}},
+        end="failed",
+    )
     manager = RunManager(tmp_path)
     demo, url = serve(manager, None, tmp_path)
     try:
@@ -58,8 +66,12 @@ def test_studio_metrics_list_every_run_with_its_labels_and_status(tmp_path):
         for sample in family.samples:
             found[(sample.name, sample.labels.get("run_id"), sample.labels.get("status"))] = sample
     steps = found[("rlstudio_env_steps_total", "snake-b", None)]
-    assert steps.value == 3 * 512 and steps.labels == {"run_id": "snake-b", "env": "snake", "model": "ppo-cnn",
-                                                       "rank": "0"}
+    assert steps.value == 3 * 512 and steps.labels == {
+        "run_id": "snake-b",
+        "env": "snake",
+        "model": "ppo-cnn",
+        "rank": "0",
+    }
     assert found[("rlstudio_env_steps_total", "cartpole-a", None)].labels["model"] == "ppo-small"
     assert found[("rlstudio_run_status", "cartpole-a", "finished")].value == 1
     assert found[("rlstudio_run_status", "snake-b", "failed")].value == 1
@@ -94,7 +106,7 @@ def snapshot(tmp_path, returns, **kwargs):
 
 
 def test_a_return_falling_for_n_updates_shows_a_banner_and_one_log_line(tmp_path):
-    falling = [float(20 - i) for i in range(12)]          # 11 consecutive drops, threshold 10
+    falling = [float(20 - i) for i in range(12)]  # 11 consecutive drops, threshold 10
     run = snapshot(tmp_path, falling)
     assert "fallen for 10 consecutive updates" in views.status_html(run)
     lines = [f"[STEP {512 * i}] EpRewMean: {value}" for i, value in enumerate(falling, start=1)]
@@ -117,7 +129,7 @@ def test_after_recovery_the_banner_goes_and_a_new_fall_is_a_new_episode(tmp_path
     run = snapshot(tmp_path, down + [30.0] + [float(29 - i) for i in range(10)] + [40.0])
     episodes = troubles(run)
     assert [trouble.kind for trouble in episodes] == ["return_falling", "return_falling"]
-    assert warning_banner(run) == ""              # recovered at the latest update
+    assert warning_banner(run) == ""  # recovered at the latest update
     assert not any(trouble.ongoing for trouble in episodes)
 
 
@@ -125,7 +137,9 @@ def test_a_non_finite_loss_warns_once_per_episode(tmp_path):
     bad = {"policy_loss": None}
     run = snapshot(tmp_path, [1.0, 2.0, 3.0, 4.0, 5.0], losses={2: bad, 3: bad, 5: bad})
     episodes = troubles(run)
-    assert [(trouble.kind, trouble.step) for trouble in episodes] == [("loss_not_finite", 1024),
-                                                                        ("loss_not_finite", 2560)]
+    assert [(trouble.kind, trouble.step) for trouble in episodes] == [
+        ("loss_not_finite", 1024),
+        ("loss_not_finite", 2560),
+    ]
     assert "policy_loss not finite" in views.status_html(run)
     assert [trouble.ongoing for trouble in episodes] == [False, True]

@@ -1,17 +1,23 @@
 """Retention and disk: the best checkpoint survives pruning, old checkpoints can be deleted from
 a run that is not training, a run's size on disk, and Start refuses on a nearly full disk."""
+
 import json
 from pathlib import Path
 
 import pytest
 
+from trainer.config.validation import config_from_dict
 from trainer.run.checkpoint import load_model
-from trainer.config.keys import config_from_dict
-from trainer.run.loop import train
 from trainer.run.layout import BEST_FILE, checkpoint_path, list_checkpoints, write_config
+from trainer.run.loop import train
 from trainer.run.owner import RunOwnedError, take_ownership
-from trainer.run.retention import (delete_old_checkpoints, prune_checkpoints, read_best_checkpoint,
-                                   record_checkpoint_return, run_size_bytes)
+from trainer.run.retention import (
+    delete_old_checkpoints,
+    prune_checkpoints,
+    read_best_checkpoint,
+    record_checkpoint_return,
+    run_size_bytes,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -21,9 +27,18 @@ SCRIPTED_RETURNS = [1.0, 4.0, 9.0, 5.0, 3.0, 2.0]
 
 
 def tiny_config(**overrides):
-    raw = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 1,
-           "total_timesteps": STEPS_PER_UPDATE * len(SCRIPTED_RETURNS), "gif_interval": 0, "seed": 1,
-           "device": "cpu", "checkpoint": {"interval": 1, "keep": 2}}
+    raw = {
+        "env_name": "cartpole",
+        "num_envs": 8,
+        "num_steps": 16,
+        "mini_batch_size": 64,
+        "update_epochs": 1,
+        "total_timesteps": STEPS_PER_UPDATE * len(SCRIPTED_RETURNS),
+        "gif_interval": 0,
+        "seed": 1,
+        "device": "cpu",
+        "checkpoint": {"interval": 1, "keep": 2},
+    }
     raw.update(overrides)
     return config_from_dict(raw)
 
@@ -59,14 +74,21 @@ def test_the_best_checkpoint_survives_pruning_and_loads(tmp_path):
     # Resume continues from the newest checkpoint, not from the best one.
     longer = tiny_config(total_timesteps=STEPS_PER_UPDATE * 7)
     lines = []
-    train(longer, tmp_path / "run", resume=True,
-          sinks=[lambda event: lines.append(event.get("message", "")) if event["type"] == "log" else None])
+    train(
+        longer,
+        tmp_path / "run",
+        resume=True,
+        sinks=[lambda event: lines.append(event.get("message", "")) if event["type"] == "log" else None],
+    )
     assert any(f"ckpt_{6 * STEPS_PER_UPDATE}.pth" in line and "resumed from" in line for line in lines), lines
 
 
 def test_keep_best_off_keeps_only_the_newest_k(tmp_path):
-    train(tiny_config(checkpoint={"interval": 1, "keep": 2, "keep_best": False}), tmp_path / "run",
-          sinks=[ScriptedReturns()])
+    train(
+        tiny_config(checkpoint={"interval": 1, "keep": 2, "keep_best": False}),
+        tmp_path / "run",
+        sinks=[ScriptedReturns()],
+    )
     folder = tmp_path / "run" / "checkpoints"
     assert steps(folder) == [5 * STEPS_PER_UPDATE, 6 * STEPS_PER_UPDATE]
     assert not (folder / BEST_FILE).exists()
@@ -202,10 +224,20 @@ def test_trainer_metrics_carry_the_rank_of_the_process_serving_them(monkeypatch,
     else:
         monkeypatch.setenv("RANK", rank)
     sink = MetricsSink()
-    sink(make_event("start", run_id="r1", config={"env_name": "cartpole", "model_type": "ppo-small"},
-                    device="cpu", total_timesteps=1000, resumed_from_step=None))
+    sink(
+        make_event(
+            "start",
+            run_id="r1",
+            config={"env_name": "cartpole", "model_type": "ppo-small"},
+            device="cpu",
+            total_timesteps=1000,
+            resumed_from_step=None,
+        )
+    )
     registry = CollectorRegistry()
     registry.register(RunsCollector(lambda: [sink.sample()], gpus=lambda: []))
     text = generate_latest(registry).decode()
     expected = rank or "0"
-    assert f'rlstudio_return_falling_threshold{{env="cartpole",model="ppo-small",rank="{expected}",run_id="r1"}}' in text
+    assert (
+        f'rlstudio_return_falling_threshold{{env="cartpole",model="ppo-small",rank="{expected}",run_id="r1"}}' in text
+    )

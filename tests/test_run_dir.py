@@ -1,6 +1,7 @@
 """The run layout (trainer/run/layout.py and its neighbours files.py, owner.py, status.py): the
 documented folder, no run-folder path built by hand anywhere else, atomic writes of every run
 file, the owner file, the status rule, and a CLI run with its own checkpoint.path in the studio."""
+
 from __future__ import annotations
 
 import ast
@@ -29,9 +30,9 @@ LAYOUT_MARKER = "<!-- run directory: generated from trainer/run/layout.py -->"
 
 def test_the_docs_draw_the_layout_in_code():
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    section = text[text.index("### Run directory"):text.index("### Events (the schema")]
-    block = section[section.index("runs/<run_id>/"):]
-    block = block[:block.index("```")]
+    section = text[text.index("### Run directory") : text.index("### Events (the schema")]
+    block = section[section.index("runs/<run_id>/") :]
+    block = block[: block.index("```")]
     documented = [line.split()[0] for line in block.splitlines()[1:] if line.strip()]
     assert sorted(documented) == sorted(LAYOUT)
 
@@ -48,7 +49,8 @@ def test_every_page_that_shows_the_run_directory_generates_it_from_the_layout():
             assert page in holding, f"{page.name} shows the run directory by hand: put {LAYOUT_MARKER} there"
     for page in holding:
         assert f"{LAYOUT_MARKER}\n{layout_markdown()}\n" in page.read_text(encoding="utf-8"), (
-            f"{page.name}: the run directory table is stale: run python docs/build.py")
+            f"{page.name}: the run directory table is stale: run python docs/build.py"
+        )
     assert all(f"`{entry}`" in layout_markdown() for entry in LAYOUT)
 
 
@@ -56,12 +58,12 @@ def test_every_page_that_shows_the_run_directory_generates_it_from_the_layout():
 # No run-folder path built by hand: an AST scan of every module but the layout's
 
 SCANNED = ("trainer", "studio", "envs", "benchmarks", "app.py")
-LAYOUT_FILE = "trainer/run/layout.py"   # the one place that spells the names
-WRITER_FILE = "trainer/run/files.py"    # atomic_write: the one os.replace
+LAYOUT_FILE = "trainer/run/layout.py"  # the one place that spells the names
+WRITER_FILE = "trainer/run/files.py"  # atomic_write: the one os.replace
 # (file, the flagged string) -> why it stays. Every entry must still be needed.
 ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/config/metrics.py", "metrics.jsonl"): "the metric table's prose names the file; trainer.config sits "
-                                                    "below trainer.run and cannot import the layout",
+    "below trainer.run and cannot import the layout",
     ("benchmarks/pool.py", "rollouts"): "a setting of the pool benchmark (how many rollouts), not the folder",
 }
 HOLE = "\0"  # what an interpolated value ({x}, + x, / x) renders as
@@ -84,11 +86,18 @@ def _layout_names() -> tuple[set[str], list[re.Pattern], tuple[str, ...]]:
 
 
 PLAIN, PATTERNS, TAILS = _layout_names()
-LAYOUT_CONSTANTS = {name for name, value in vars(layout_module).items()
-                    if name.isupper() and isinstance(value, str) and (value in PLAIN or value in TAILS)}
-LAYOUT_FUNCTIONS = {name for name, value in vars(layout_module).items()
-                    if callable(value) and getattr(value, "__module__", None) == layout_module.__name__
-                    and (name.endswith(("_path", "_folder")) or name == "find_final_model")}
+LAYOUT_CONSTANTS = {
+    name
+    for name, value in vars(layout_module).items()
+    if name.isupper() and isinstance(value, str) and (value in PLAIN or value in TAILS)
+}
+LAYOUT_FUNCTIONS = {
+    name
+    for name, value in vars(layout_module).items()
+    if callable(value)
+    and getattr(value, "__module__", None) == layout_module.__name__
+    and (name.endswith(("_path", "_folder")) or name == "find_final_model")
+}
 
 
 def _render(node: ast.AST) -> str | None:
@@ -101,8 +110,11 @@ def _render(node: ast.AST) -> str | None:
         left, right = _render(node.left), _render(node.right)
         if left is None and right is None:
             return None
-        return (HOLE if left is None else left) + ("/" if isinstance(node.op, ast.Div) else "") + (
-            HOLE if right is None else right)
+        return (
+            (HOLE if left is None else left)
+            + ("/" if isinstance(node.op, ast.Div) else "")
+            + (HOLE if right is None else right)
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):  # "ckpt_%d.pth" % step
         return _render(node.left)
     return None
@@ -159,8 +171,11 @@ def _tainted_names(scope: ast.AST) -> set[str]:
     while True:
         grown = set(tainted)
         for node in _scope_nodes(scope):
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None \
-                    and _targets_run_folder(node.value, grown):
+            if (
+                isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+                and node.value is not None
+                and _targets_run_folder(node.value, grown)
+            ):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 grown |= {name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)}
         if grown == tainted:
@@ -169,8 +184,11 @@ def _tainted_names(scope: ast.AST) -> set[str]:
 
 
 def _write_mode(call: ast.Call, position: int) -> str:
-    mode = call.args[position] if len(call.args) > position else next(
-        (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
+    mode = (
+        call.args[position]
+        if len(call.args) > position
+        else next((keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
+    )
     return mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else "r"
 
 
@@ -178,8 +196,14 @@ def _hand_written_writes(tree: ast.AST, relative: str) -> list[tuple[int, str]]:
     """Files replaced by anything but atomic_write, and run files written in place (appending,
     how metrics.jsonl and train.log grow, is fine)."""
     found = []
-    scopes = [tree, *(node for node in ast.walk(tree)
-                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))]
+    scopes = [
+        tree,
+        *(
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+        ),
+    ]
     for scope in scopes:
         tainted = _tainted_names(scope)
         for call in _scope_nodes(scope):
@@ -188,22 +212,41 @@ def _hand_written_writes(tree: ast.AST, relative: str) -> list[tuple[int, str]]:
             name = _call_name(call)
             method = name.split(".")[-1]
             receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-            if relative != WRITER_FILE and (name in ("os.replace", "os.rename", "os.renames", "shutil.move")
-                                            or method in ("replace", "rename") and len(call.args) == 1
-                                            and not call.keywords and name != "dataclasses.replace"):
-                found.append((call.lineno, f"{name.lstrip('.')}(): only atomic_write (trainer/run/files.py) "
-                                           f"replaces files"))
-            elif name in ("shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree") \
-                    and len(call.args) > 1 and _targets_run_folder(call.args[1], tainted):
+            if relative != WRITER_FILE and (
+                name in ("os.replace", "os.rename", "os.renames", "shutil.move")
+                or method in ("replace", "rename")
+                and len(call.args) == 1
+                and not call.keywords
+                and name != "dataclasses.replace"
+            ):
+                found.append(
+                    (call.lineno, f"{name.lstrip('.')}(): only atomic_write (trainer/run/files.py) replaces files")
+                )
+            elif (
+                name in ("shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.copytree")
+                and len(call.args) > 1
+                and _targets_run_folder(call.args[1], tainted)
+            ):
                 found.append((call.lineno, f"{name}() into a run file: write it with atomic_write"))
-            elif name in ("open", "io.open") and call.args and set(_write_mode(call, 1)) & set("wx+") \
-                    and _targets_run_folder(call.args[0], tainted):
+            elif (
+                name in ("open", "io.open")
+                and call.args
+                and set(_write_mode(call, 1)) & set("wx+")
+                and _targets_run_folder(call.args[0], tainted)
+            ):
                 found.append((call.lineno, f"open(..., {_write_mode(call, 1)!r}) of a run file: use atomic_write"))
-            elif method in ("write_text", "write_bytes") and receiver is not None \
-                    and _targets_run_folder(receiver, tainted):
+            elif (
+                method in ("write_text", "write_bytes")
+                and receiver is not None
+                and _targets_run_folder(receiver, tainted)
+            ):
                 found.append((call.lineno, f".{method}() of a run file: use atomic_write"))
-            elif method == "open" and receiver is not None and set(_write_mode(call, 0)) & set("wx+") \
-                    and _targets_run_folder(receiver, tainted):
+            elif (
+                method == "open"
+                and receiver is not None
+                and set(_write_mode(call, 0)) & set("wx+")
+                and _targets_run_folder(receiver, tainted)
+            ):
                 found.append((call.lineno, f".open({_write_mode(call, 0)!r}) of a run file: use atomic_write"))
     return found
 
@@ -244,12 +287,12 @@ PLANTED = {
     'best = run_dir / "checkpoints/best.json"': "/checkpoints/best.json'",
     'models = list(run_dir.glob("*_final.pth"))': "'*_final.pth'",
     'gif = run_dir / ROLLOUTS + "/step_" + str(step) + ".gif"': "step_{}.gif'",
-    'source.replace(target)': "replace(): only atomic_write",
-    'shutil.move(source, target)': "shutil.move(): only atomic_write",
-    'os.rename(source, target)': "os.rename(): only atomic_write",
+    "source.replace(target)": "replace(): only atomic_write",
+    "shutil.move(source, target)": "shutil.move(): only atomic_write",
+    "os.rename(source, target)": "os.rename(): only atomic_write",
     'open(events_path(run_dir), "w").write(text)': "open(..., 'w') of a run file",
-    'path = config_path(run_dir)\n    path.write_text(text)': ".write_text() of a run file",
-    'shutil.copy(upload, log_path(run_dir))': "shutil.copy() into a run file",
+    "path = config_path(run_dir)\n    path.write_text(text)": ".write_text() of a run file",
+    "shutil.copy(upload, log_path(run_dir))": "shutil.copy() into a run file",
     'notes_path(run_dir).open("wb")': ".open('wb') of a run file",
 }
 
@@ -264,12 +307,14 @@ def test_the_scan_catches_a_planted_violation(tmp_path, line, said):
 
 def test_the_scan_lets_the_sanctioned_ways_pass(tmp_path):
     fine = tmp_path / "fine.py"
-    fine.write_text('def save(run_dir, text, step):\n'
-                    '    """Reads metrics.jsonl and train.log."""\n'
-                    '    atomic_write(events_path(run_dir), text)\n'
-                    '    open(log_path(run_dir), "a").write(text)       # the log grows by appending\n'
-                    '    text.replace("metrics", "steps")                # str.replace, not a rename\n'
-                    '    open(run_dir.parent / "report.json", "w")       # not a run file\n')
+    fine.write_text(
+        "def save(run_dir, text, step):\n"
+        '    """Reads metrics.jsonl and train.log."""\n'
+        "    atomic_write(events_path(run_dir), text)\n"
+        '    open(log_path(run_dir), "a").write(text)       # the log grows by appending\n'
+        '    text.replace("metrics", "steps")                # str.replace, not a rename\n'
+        '    open(run_dir.parent / "report.json", "w")       # not a run file\n'
+    )
     assert layout_violations(fine, "studio/fine.py") == []
 
 
@@ -319,12 +364,14 @@ def test_every_run_file_is_written_atomically(tmp_path, monkeypatch):
 
 
 def test_checkpoint_folder_honours_checkpoint_path(tmp_path):
-    from trainer.config.keys import config_from_dict
+    from trainer.config.validation import config_from_dict
 
     assert checkpoint_folder(tmp_path, {"env_name": "cartpole"}) == tmp_path / "checkpoints"
     assert checkpoint_folder(tmp_path, {"checkpoint": {"path": "saves/a"}}) == tmp_path / "saves" / "a"
-    assert checkpoint_folder(tmp_path, config_from_dict({"checkpoint": {"path": str(tmp_path / "abs")}})) \
+    assert (
+        checkpoint_folder(tmp_path, config_from_dict({"checkpoint": {"path": str(tmp_path / "abs")}}))
         == tmp_path / "abs"
+    )
     (tmp_path / "saves" / "a").mkdir(parents=True)
     for step in (500, 1000, 90):
         (tmp_path / "saves" / "a" / f"ckpt_{step}.pth").write_bytes(b"x")
@@ -332,16 +379,19 @@ def test_checkpoint_folder_honours_checkpoint_path(tmp_path):
     assert latest_checkpoint_path(tmp_path) == tmp_path / "saves" / "a" / "ckpt_1000.pth"  # by step, not by name
 
 
-@pytest.mark.parametrize("end, alive, started, stopping, status", [
-    ("finished", True, False, False, "finished"),
-    ("stopped", False, False, False, "stopped"),
-    ("exploded", False, False, False, "failed"),
-    (None, True, True, False, "running"),
-    (None, True, False, False, "starting"),
-    (None, True, True, True, "stopping"),
-    (None, False, True, False, "interrupted"),
-    (None, False, True, True, "interrupted"),
-])
+@pytest.mark.parametrize(
+    "end, alive, started, stopping, status",
+    [
+        ("finished", True, False, False, "finished"),
+        ("stopped", False, False, False, "stopped"),
+        ("exploded", False, False, False, "failed"),
+        (None, True, True, False, "running"),
+        (None, True, False, False, "starting"),
+        (None, True, True, True, "stopping"),
+        (None, False, True, False, "interrupted"),
+        (None, False, True, True, "interrupted"),
+    ],
+)
 def test_the_status_rule(end, alive, started, stopping, status):
     assert run_status(end, alive, started, stopping) == status
 
@@ -390,9 +440,18 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path, other_process):
 
 
 def _tiny_config(**overrides) -> dict:
-    raw = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64, "update_epochs": 1,
-           "total_timesteps": 8 * 16 * 6, "gif_interval": 0, "seed": 5, "device": "cpu",
-           "checkpoint": {"interval": 2, "keep": 2, "path": "saved/here"}}
+    raw = {
+        "env_name": "cartpole",
+        "num_envs": 8,
+        "num_steps": 16,
+        "mini_batch_size": 64,
+        "update_epochs": 1,
+        "total_timesteps": 8 * 16 * 6,
+        "gif_interval": 0,
+        "seed": 5,
+        "device": "cpu",
+        "checkpoint": {"interval": 2, "keep": 2, "path": "saved/here"},
+    }
     raw.update(overrides)
     return raw
 
@@ -409,8 +468,12 @@ def test_a_cli_run_with_its_own_checkpoint_path_is_listed_and_resumed_by_the_stu
     def stop_after_three() -> bool:
         return len(updates) >= 3
 
-    train(config, run, sinks=[lambda event: updates.append(event) if event["type"] == "metrics" else None],
-          should_stop=stop_after_three)
+    train(
+        config,
+        run,
+        sinks=[lambda event: updates.append(event) if event["type"] == "metrics" else None],
+        should_stop=stop_after_three,
+    )
     assert not (run / "checkpoints").exists() and (run / "saved" / "here" / "ckpt_384.pth").is_file()
 
     manager = RunManager(tmp_path)

@@ -1,6 +1,7 @@
 """The policy server: it answers what the model would do, batches concurrent clients into one
 forward pass, tells a client what was wrong with a bad request, and needs a key off loopback.
 What any client can make it hold is bounded: body, connections, time, the event loop."""
+
 import http.client
 import json
 import os
@@ -23,12 +24,12 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from trainer.run.checkpoint import TrainedModel, atomic_save
+from trainer.cluster.launch import free_port
 from trainer.nets.policies import build_policy
 from trainer.nets.spec import make_policy_spec
+from trainer.run.checkpoint import TrainedModel, atomic_save
 from trainer.serving.http_limits import MAX_BODY_BYTES
 from trainer.serving.serve import ServeError, create_app, start_server
-from trainer.cluster.launch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,8 +44,11 @@ def make_model(action_space=gymnasium.spaces.Discrete(3), obs_size: int = 5, see
         for parameter in policy.actor.parameters():
             parameter.mul_(30)
     policy.eval()
-    return TrainedModel(policy, {"policy_spec": spec, "config": {"env_name": "toy", "algo": "ppo"},
-                                 "global_step": 1234}, torch.device("cpu"))
+    return TrainedModel(
+        policy,
+        {"policy_spec": spec, "config": {"env_name": "toy", "algo": "ppo"}, "global_step": 1234},
+        torch.device("cpu"),
+    )
 
 
 def post(url: str, payload, headers: dict | None = None) -> tuple[int, dict]:
@@ -96,20 +100,23 @@ def test_model_and_health_describe_the_policy(client):
     assert info["action_space"] == {"kind": "discrete", "n": 3}
 
 
-@pytest.mark.parametrize("body, status, says", [
-    (b"not json", 400, "not JSON"),
-    (b"[1, 2]", 422, "not an object"),
-    (b'{"observations": [1, 2, 3, 4, 5]}', 422, "unknown key(s) 'observations'"),
-    (b'{"deterministic": true}', 422, "'obs' is missing"),
-    (b'{"obs": [1, 2, 3]}', 422, "expected [5] (one observation) or [B, 5]"),
-    (b'{"obs": [[1, 2, 3, 4, 5], [1, 2]]}', 422, "nested lists of equal length"),
-    (b'{"obs": [1, 2, 1e39, 4, 5]}', 422, "NaN or infinity at index [0, 2]"),  # beyond float32
-    (b'{"obs": [1, 2, 3, 4, 5], "deterministic": "yes"}', 422, "'deterministic' must be true or false"),
-    (b'{"obs": [1, 2, true, 4, 5]}', 422, "'obs' must hold numbers only; found true"),
-    (b'{"obs": [[1, 2, 3, 4, 5], ["1.5", 2, 3, 4, 5]]}', 422, "'obs' must hold numbers only; found \"1.5\""),
-    (b'{"obs": [1, 2, null, 4, 5]}', 422, "'obs' must hold numbers only; found null"),
-    (json.dumps({"obs": [[0.0] * 5] * 65}).encode(), 413, "at most 64 per request"),
-])
+@pytest.mark.parametrize(
+    "body, status, says",
+    [
+        (b"not json", 400, "not JSON"),
+        (b"[1, 2]", 422, "not an object"),
+        (b'{"observations": [1, 2, 3, 4, 5]}', 422, "unknown key(s) 'observations'"),
+        (b'{"deterministic": true}', 422, "'obs' is missing"),
+        (b'{"obs": [1, 2, 3]}', 422, "expected [5] (one observation) or [B, 5]"),
+        (b'{"obs": [[1, 2, 3, 4, 5], [1, 2]]}', 422, "nested lists of equal length"),
+        (b'{"obs": [1, 2, 1e39, 4, 5]}', 422, "NaN or infinity at index [0, 2]"),  # beyond float32
+        (b'{"obs": [1, 2, 3, 4, 5], "deterministic": "yes"}', 422, "'deterministic' must be true or false"),
+        (b'{"obs": [1, 2, true, 4, 5]}', 422, "'obs' must hold numbers only; found true"),
+        (b'{"obs": [[1, 2, 3, 4, 5], ["1.5", 2, 3, 4, 5]]}', 422, "'obs' must hold numbers only; found \"1.5\""),
+        (b'{"obs": [1, 2, null, 4, 5]}', 422, "'obs' must hold numbers only; found null"),
+        (json.dumps({"obs": [[0.0] * 5] * 65}).encode(), 413, "at most 64 per request"),
+    ],
+)
 def test_bad_requests_get_a_4xx_that_says_what_was_expected(client, body, status, says):
     response = client.post("/v1/act", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == status
@@ -117,8 +124,9 @@ def test_bad_requests_get_a_4xx_that_says_what_was_expected(client, body, status
 
 
 def test_a_huge_body_is_refused_before_it_is_read(client):
-    response = client.post("/v1/act", content=b"{}", headers={"Content-Length": str(10 ** 9),
-                                                              "Content-Type": "application/json"})
+    response = client.post(
+        "/v1/act", content=b"{}", headers={"Content-Length": str(10**9), "Content-Type": "application/json"}
+    )
     assert response.status_code == 413 and "at most" in response.json()["detail"]
 
 
@@ -177,21 +185,40 @@ def test_concurrent_clients_share_forward_passes_and_each_gets_its_own_answer(mo
 def save_run(model: TrainedModel, run_dir: Path) -> Path:
     """`model` as a run folder's final model file, as a training run leaves it."""
     run_dir.mkdir(parents=True)
-    atomic_save({"format": "rl-studio", "format_version": 1, "kind": "model", "policy_spec": model.spec,
-                 "policy_state": model.policy.state_dict(), "config": model.config, "global_step": 1234},
-                run_dir / "toy_ppo_final.pth")
+    atomic_save(
+        {
+            "format": "rl-studio",
+            "format_version": 1,
+            "kind": "model",
+            "policy_spec": model.spec,
+            "policy_state": model.policy.state_dict(),
+            "config": model.config,
+            "global_step": 1234,
+        },
+        run_dir / "toy_ppo_final.pth",
+    )
     return run_dir
 
 
 def test_cli_serves_a_run_folder_and_refuses_a_public_address_without_key(tmp_path, model):
     run_dir = save_run(model, tmp_path / "run")
-    refused = subprocess.run([sys.executable, "-m", "trainer", "serve", str(run_dir), "--host", "0.0.0.0"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "RL_STUDIO_API_KEY": ""})
+    refused = subprocess.run(
+        [sys.executable, "-m", "trainer", "serve", str(run_dir), "--host", "0.0.0.0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RL_STUDIO_API_KEY": ""},
+    )
     assert refused.returncode == 2 and "needs an API key" in refused.stderr
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "trainer", "serve", str(run_dir), "--port", str(port)],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "serve", str(run_dir), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -215,8 +242,21 @@ def test_the_plain_http_example_plays_cartpole_through_the_server():
     model = make_model(gymnasium.spaces.Discrete(2), obs_size=4)
     server = start_server(model, api_key="k")
     try:
-        done = subprocess.run([sys.executable, str(ROOT / "examples" / "http_client.py"), "--url", server.url,
-                               "--episodes", "2", "--api-key", "k"], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples" / "http_client.py"),
+                "--url",
+                server.url,
+                "--episodes",
+                "2",
+                "--api-key",
+                "k",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr
@@ -228,7 +268,7 @@ def test_the_plain_http_example_plays_cartpole_through_the_server():
 # What any client can make the server hold is bounded (trainer/serving/http_limits.py)
 
 HEADER_TIMEOUT_S = 2.0  # the child server's deadline for a request's headers (the default is 10 s)
-FLOOD = 1100            # half-sent requests: more than a 1024-fd process can hold
+FLOOD = 1100  # half-sent requests: more than a 1024-fd process can hold
 
 CHILD_SERVER = """
 import resource, sys
@@ -248,9 +288,14 @@ class ChildServer:
     def __init__(self, run_dir: Path):
         self.log_path = run_dir.parent / "server.log"
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-c", CHILD_SERVER, str(run_dir), str(HEADER_TIMEOUT_S)],
-                                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                            text=True)
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", CHILD_SERVER, str(run_dir), str(HEADER_TIMEOUT_S)],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         self.url = self.process.stdout.readline().strip()
         assert self.url.startswith("http://"), "the child server did not start"
         self.port = int(self.url.rsplit(":", 1)[1])
@@ -299,11 +344,12 @@ def read_until_closed(sock: socket.socket) -> bytes:
 def test_a_chunked_gigabyte_is_refused_at_the_limit_and_the_server_stays_small(child_server):
     healthz(child_server.url)
     before = peak = child_server.rss()
-    megabyte = b"%x\r\n" % 2 ** 20 + b"x" * 2 ** 20 + b"\r\n"
+    megabyte = b"%x\r\n" % 2**20 + b"x" * 2**20 + b"\r\n"
     sent = 0
     with socket.create_connection(("127.0.0.1", child_server.port), timeout=30) as sock:
-        sock.sendall(b"POST /v1/act HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")  # no Content-Length to refuse up front
+        sock.sendall(
+            b"POST /v1/act HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )  # no Content-Length to refuse up front
         for chunk in (megabyte for _ in range(1024)):  # 1 GB, made as it is sent
             if select.select([sock], [], [], 0)[0]:
                 break  # the server answered
@@ -317,7 +363,7 @@ def test_a_chunked_gigabyte_is_refused_at_the_limit_and_the_server_stays_small(c
     assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
     assert f"at most {MAX_BODY_BYTES}".encode() in answer
     assert sent < 100, f"the server read {sent} MB before refusing"
-    assert peak - before < 100 * 2 ** 20, f"the server grew by {(peak - before) / 2 ** 20:.0f} MB"
+    assert peak - before < 100 * 2**20, f"the server grew by {(peak - before) / 2**20:.0f} MB"
     healthz(child_server.url)
 
 
@@ -355,7 +401,7 @@ def test_half_sent_requests_are_closed_at_the_header_deadline_while_healthz_answ
 
 def test_a_large_body_is_parsed_off_the_event_loop(child_server):
     body = json.dumps({"obs": [[0.123456789012345] * 5] * 140_000}).encode()  # valid JSON, 13.6 MB
-    assert 10 * 2 ** 20 < len(body) < MAX_BODY_BYTES
+    assert 10 * 2**20 < len(body) < MAX_BODY_BYTES
     probes, done = [], threading.Event()
 
     def probe():
@@ -394,13 +440,19 @@ def test_a_cross_origin_page_cannot_drive_the_server(model):
             connection.close()
 
     try:
-        status, headers, _ = exchange("OPTIONS", None, {"Access-Control-Request-Method": "POST",
-                                                        "Access-Control-Request-Headers": "content-type"})
+        status, headers, _ = exchange(
+            "OPTIONS", None, {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+        )
         assert status >= 400 and "access-control-allow-origin" not in headers  # the preflight fails
         obs = json.dumps({"obs": [0.0] * 5}).encode()
-        for content_type, body in [("text/plain", obs), ("application/x-www-form-urlencoded", b"obs=0"),
-                                   ("multipart/form-data; boundary=x",
-                                    b'--x\r\nContent-Disposition: form-data; name="obs"\r\n\r\n0\r\n--x--\r\n')]:
+        for content_type, body in [
+            ("text/plain", obs),
+            ("application/x-www-form-urlencoded", b"obs=0"),
+            (
+                "multipart/form-data; boundary=x",
+                b'--x\r\nContent-Disposition: form-data; name="obs"\r\n\r\n0\r\n--x--\r\n',
+            ),
+        ]:
             status, headers, answer = exchange("POST", body, {"Content-Type": content_type})  # no preflight
             assert status == 415 and b"Content-Type: application/json" in answer, answer
             assert "access-control-allow-origin" not in headers
@@ -415,11 +467,16 @@ def test_a_port_in_use_is_said_before_serving(tmp_path, model):
     run_dir = save_run(model, tmp_path / "run")
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "trainer", "serve", str(run_dir), "--port", str(port)],
-                                cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "trainer", "serve", str(run_dir), "--port", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         with pytest.raises(ServeError, match=f"cannot listen on 127.0.0.1:{port} \\(Address already in use\\)"):
             start_server(model, port=port)
     assert result.returncode == 2, result.stderr
-    assert (f"error: cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port"
-            in result.stderr)
+    assert f"error: cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port" in result.stderr
     assert "serving" not in result.stdout + result.stderr

@@ -10,39 +10,56 @@ from plotly.graph_objects import Figure
 
 from envs.registry import score_unit
 from studio import views
-from studio.charts import (
-    MAX_POINTS_PER_CURVE,
-    ChartOptions,
-    CurveSource,
-    UsageSample,
-    diagnostics_figure,
-    downsample,
-    reward_figure,
-    system_figure,
-)
+from studio.charts import ChartOptions, CurveSource, UsageSample, diagnostics_figure, reward_figure, system_figure
 from studio.evaluate import EvaluationSummary
 from studio.runs import RunState
 from studio.score import format_count, game_name, game_score
+from studio.series import MAX_POINTS_PER_CURVE, downsample
 
 
-def events(count: int, score=lambda update: update / 10, ret=lambda update: 100.0 + update,
-           steps_per_update: int = 8192) -> list[dict]:
+def events(
+    count: int, score=lambda update: update / 10, ret=lambda update: 100.0 + update, steps_per_update: int = 8192
+) -> list[dict]:
     """`count` metrics events with the given score and return per update (1-based)."""
-    return [{
-        "type": "metrics", "time": 1000.0 + update, "step": update * steps_per_update, "update": update,
-        "elapsed": update * 0.5, "fps": 16384.0, "episodes": update * 3,
-        "episode_return_mean": ret(update), "recent_return_mean": ret(update),
-        "episode_score_mean": score(update), "recent_score_mean": score(update),
-        "episode_length_mean": 40.0 + update, "policy_loss": -0.01, "value_loss": 1.0, "entropy": 0.5,
-        "approx_kl": 0.01, "clip_fraction": 0.1, "explained_variance": 0.5, "learning_rate": 3e-4,
-    } for update in range(1, count + 1)]
+    return [
+        {
+            "type": "metrics",
+            "time": 1000.0 + update,
+            "step": update * steps_per_update,
+            "update": update,
+            "elapsed": update * 0.5,
+            "fps": 16384.0,
+            "episodes": update * 3,
+            "episode_return_mean": ret(update),
+            "recent_return_mean": ret(update),
+            "episode_score_mean": score(update),
+            "recent_score_mean": score(update),
+            "episode_length_mean": 40.0 + update,
+            "policy_loss": -0.01,
+            "value_loss": 1.0,
+            "entropy": 0.5,
+            "approx_kl": 0.01,
+            "clip_fraction": 0.1,
+            "explained_variance": 0.5,
+            "learning_rate": 3e-4,
+        }
+        for update in range(1, count + 1)
+    ]
 
 
 def snapshot(tmp_path, env_name: str, metrics: list[dict], total: int = 20_000_000):
     state = RunState(run_id=f"{env_name}-run", run_dir=tmp_path, managed=True)
-    state.apply({"type": "start", "time": 1000.0, "run_id": state.run_id, "device": "cpu",
-                 "config": {"env_name": env_name, "model_type": "ppo-small", "total_timesteps": total},
-                 "total_timesteps": total, "resumed_from_step": None})
+    state.apply(
+        {
+            "type": "start",
+            "time": 1000.0,
+            "run_id": state.run_id,
+            "device": "cpu",
+            "config": {"env_name": env_name, "model_type": "ppo-small", "total_timesteps": total},
+            "total_timesteps": total,
+            "resumed_from_step": None,
+        }
+    )
     for event in metrics:
         state.apply(event)
     return state.snapshot()
@@ -51,11 +68,21 @@ def snapshot(tmp_path, env_name: str, metrics: list[dict], total: int = 20_000_0
 # ----------------------------------------------------------------------------- score labels per game
 
 
-@pytest.mark.parametrize("env_name, unit", [
-    ("flappy_bird", "pipes"), ("FlappyBird-v0", "pipes"), ("gym:FlappyBird-v0", "pipes"),
-    ("snake", "food"), ("Snake-v0", "food"), ("cartpole", "steps balanced"), ("CartPole-v1", "steps balanced"),
-    ("Pendulum-v1", None), ("Acrobot-v1", None), ("not-a-game", None),
-])
+@pytest.mark.parametrize(
+    "env_name, unit",
+    [
+        ("flappy_bird", "pipes"),
+        ("FlappyBird-v0", "pipes"),
+        ("gym:FlappyBird-v0", "pipes"),
+        ("snake", "food"),
+        ("Snake-v0", "food"),
+        ("cartpole", "steps balanced"),
+        ("CartPole-v1", "steps balanced"),
+        ("Pendulum-v1", None),
+        ("Acrobot-v1", None),
+        ("not-a-game", None),
+    ],
+)
 def test_each_game_declares_its_score_unit_once_on_its_class(env_name, unit):
     assert score_unit(env_name) == unit
     score = game_score(env_name)
@@ -93,11 +120,13 @@ def test_status_line_of_a_gymnasium_env_shows_the_return_once(tmp_path):
 
 
 def test_runs_table_has_a_score_column_in_each_games_unit(tmp_path):
-    rows = views.runs_table_rows([
-        snapshot(tmp_path / "a", "snake", events(3, score=lambda u: 12.0)),
-        snapshot(tmp_path / "b", "Acrobot-v1", events(3, ret=lambda u: -80.0)),
-        snapshot(tmp_path / "c", "cartpole", []),
-    ])
+    rows = views.runs_table_rows(
+        [
+            snapshot(tmp_path / "a", "snake", events(3, score=lambda u: 12.0)),
+            snapshot(tmp_path / "b", "Acrobot-v1", events(3, ret=lambda u: -80.0)),
+            snapshot(tmp_path / "c", "cartpole", []),
+        ]
+    )
     scores = [dict(zip(views.RUNS_TABLE_HEADERS, row))["score"] for row in rows]
     assert scores == ["12.0 food", "return -80.0", "–"]
     shown = views.runs_table(rows)
@@ -130,8 +159,9 @@ def test_main_chart_switches_between_score_return_and_length():
 
 
 def test_a_gymnasium_envs_score_chart_is_its_return_labelled_so():
-    figure = Figure(reward_figure([CurveSource("run", events(5, score=lambda u: 1.0, ret=lambda u: -500.0),
-                                               "Pendulum-v1")]))
+    figure = Figure(
+        reward_figure([CurveSource("run", events(5, score=lambda u: 1.0, ret=lambda u: -500.0), "Pendulum-v1")])
+    )
     assert figure.layout.title.text == "Episode return" and figure.layout.yaxis.title.text == "mean return"
     assert set(figure.data[0].y) == {-500.0}
 
@@ -153,8 +183,15 @@ def test_log_scale_where_the_values_allow_it():
     negative = Figure(reward_figure([CurveSource("run", events(10, ret=lambda u: -u), "Pendulum-v1")], log=True))
     assert negative.layout.yaxis.type != "log"
     assert "log scale needs values above 0" in negative.layout.title.text
-    mixed = Figure(reward_figure([CurveSource("a", events(10), "cartpole"),
-                                  CurveSource("b", events(10, score=lambda u: u - 5.0), "flappy_bird")], log=True))
+    mixed = Figure(
+        reward_figure(
+            [
+                CurveSource("a", events(10), "cartpole"),
+                CurveSource("b", events(10, score=lambda u: u - 5.0), "flappy_bird"),
+            ],
+            log=True,
+        )
+    )
     assert mixed.layout.yaxis.type == "log" and mixed.layout.yaxis2.type != "log"  # each game's panel on its own
     assert "log scale needs values above 0" in mixed.layout.annotations[1].text
 
@@ -163,8 +200,9 @@ def test_x_axis_by_training_time():
     figure = Figure(reward_figure([CurveSource("run", events(600), "cartpole")], x="time"))
     assert figure.layout.xaxis.title.text == "training time (min)"  # 600 updates x 0.5 s = 5 min
     assert figure.data[0].x[-1] == pytest.approx(5.0)
-    assert Figure(diagnostics_figure([CurveSource("run", events(600), "cartpole")], x="time")).data[0].x[-1] == \
-        pytest.approx(5.0)
+    assert Figure(diagnostics_figure([CurveSource("run", events(600), "cartpole")], x="time")).data[0].x[
+        -1
+    ] == pytest.approx(5.0)
 
 
 def test_the_charts_show_the_metric_registrys_metrics_under_its_labels():
@@ -179,8 +217,10 @@ def test_the_charts_show_the_metric_registrys_metrics_under_its_labels():
     assert [list(trace.y) for trace in figure.data] == [[event[name] for event in metrics] for name, _ in placed]
     for name, chart in chart_metrics("main"):
         if chart.option != "score":  # the score's title names the game's unit (studio/score.py)
-            assert Figure(reward_figure([CurveSource("run", metrics, "cartpole")], metric=chart.option)
-                          ).layout.title.text == chart.label
+            assert (
+                Figure(reward_figure([CurveSource("run", metrics, "cartpole")], metric=chart.option)).layout.title.text
+                == chart.label
+            )
 
 
 def test_chart_options_from_the_controls_fall_back_to_defaults():
@@ -192,8 +232,11 @@ def test_chart_options_from_the_controls_fall_back_to_defaults():
 def test_a_20m_step_run_draws_a_bounded_number_of_points_keeping_spikes():
     updates = 20_000_000 // 8192  # the default Flappy Bird run: 2,441 updates
     spike, dip = 1234, 1800
-    source = [CurveSource("run", events(updates, score=lambda u: 500.0 if u == spike else (-5.0 if u == dip else 50.0)),
-                          "flappy_bird")]
+    source = [
+        CurveSource(
+            "run", events(updates, score=lambda u: 500.0 if u == spike else (-5.0 if u == dip else 50.0)), "flappy_bird"
+        )
+    ]
     figure = Figure(reward_figure(source, smoothing=0))
     (trace,) = figure.data
     assert len(trace.x) <= MAX_POINTS_PER_CURVE
@@ -214,11 +257,15 @@ def test_downsample_keeps_extremes_of_every_stretch_and_small_series_whole():
 
 
 def test_runs_of_different_games_get_separate_axes_in_their_units():
-    figure = Figure(reward_figure([
-        CurveSource("flappy", events(50, score=lambda u: 40.0), "flappy_bird"),
-        CurveSource("cartpole-a", events(20, score=lambda u: 500.0), "cartpole"),
-        CurveSource("cartpole-b", events(20, score=lambda u: 300.0), "CartPole-v1"),  # the same game
-    ]))
+    figure = Figure(
+        reward_figure(
+            [
+                CurveSource("flappy", events(50, score=lambda u: 40.0), "flappy_bird"),
+                CurveSource("cartpole-a", events(20, score=lambda u: 500.0), "cartpole"),
+                CurveSource("cartpole-b", events(20, score=lambda u: 300.0), "CartPole-v1"),  # the same game
+            ]
+        )
+    )
     axes = {trace.name: (trace.xaxis or "x", trace.yaxis or "y") for trace in figure.data if "raw" not in trace.name}
     assert axes == {"flappy": ("x", "y"), "cartpole-a": ("x2", "y2"), "cartpole-b": ("x2", "y2")}
     assert figure.layout.yaxis.title.text == "pipes per episode"
@@ -234,14 +281,21 @@ def test_runs_of_different_games_get_separate_axes_in_their_units():
 # ----------------------------------------------------------------------------- empty charts, the machine chart
 
 
-@pytest.mark.parametrize("figure", [
-    reward_figure([]), reward_figure([CurveSource("run", [], "flappy_bird")]), diagnostics_figure([]), system_figure([]),
-])
+@pytest.mark.parametrize(
+    "figure",
+    [
+        reward_figure([]),
+        reward_figure([CurveSource("run", [], "flappy_bird")]),
+        diagnostics_figure([]),
+        system_figure([]),
+    ],
+)
 def test_empty_charts_show_a_placeholder_and_no_axes(figure):
     layout = Figure(figure).layout
     assert layout.xaxis.visible is False and layout.yaxis.visible is False
-    assert len(layout.annotations) == 1 and ("Waiting" in layout.annotations[0].text
-                                             or "Sampling" in layout.annotations[0].text)
+    assert len(layout.annotations) == 1 and (
+        "Waiting" in layout.annotations[0].text or "Sampling" in layout.annotations[0].text
+    )
 
 
 def test_machine_chart_breaks_its_lines_across_sampling_gaps():
@@ -264,8 +318,8 @@ def test_a_chart_control_change_redraws_at_once_while_the_run_trains(tmp_path):
     import json
 
     from studio.run_view import charts_due_now
-    from test_studio_ui import SKIP, form, make_studio
     from test_studio_runs import fake_endless_trainer, wait_for
+    from test_studio_ui import SKIP, form, make_studio
 
     studio = make_studio(tmp_path, target=fake_endless_trainer, chart_seconds=600)
     try:

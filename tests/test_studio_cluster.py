@@ -14,19 +14,27 @@ from pathlib import Path
 
 import pytest
 
-from test_studio_helpers import REPO, free_port
-from test_studio_runs import fake_endless_trainer, wait_for
 from studio.cluster_view import nodes_html, run_nodes_html
 from studio.form import FORM_FIELDS, form_values, raw_config_from_form, tuned_config, validated_config
 from studio.runs import RunError, RunManager
 from studio.views import runs_table_rows
-from trainer.config.checks import ConfigError
+from test_studio_helpers import REPO, free_port
+from test_studio_runs import fake_endless_trainer, wait_for
 from trainer.cluster.nodes import Node, NodeMonitor
+from trainer.config.checks import ConfigError
+from trainer.config.validation import config_from_dict
 from trainer.run.layout import NODES_FILE
-from trainer.config.keys import config_from_dict
 
-SHORT = {"env_name": "cartpole", "total_timesteps": 2048, "num_envs": 8, "num_steps": 64, "mini_batch_size": 128,
-         "gif_interval": 0, "checkpoint": {"interval": 1}, "log_interval": 1}
+SHORT = {
+    "env_name": "cartpole",
+    "total_timesteps": 2048,
+    "num_envs": 8,
+    "num_steps": 64,
+    "mini_batch_size": 128,
+    "gif_interval": 0,
+    "checkpoint": {"interval": 1},
+    "log_interval": 1,
+}
 RUN_SECONDS = 300  # bound on one short multi-process run on a loaded 2-core machine (a hang fails, not speed)
 
 
@@ -45,11 +53,15 @@ def ended(manager: RunManager, run_id: str):
 def test_node_panel_shows_world_size_and_one_row_per_node_from_the_masters_nodes_json(tmp_path):
     now = time.time()
     monitor = NodeMonitor(None, "t", tmp_path, 1, 3, lambda line: None, "192.168.1.100:54321")
-    monitor.nodes = {"a": Node("a", "192.168.1.100", "master-box", 2, now - 90, now),
-                     "b": Node("b", "192.168.1.101", "<script>x</script>", 1, now - 30, now),
-                     "c": Node("c", "192.168.1.102", "gone", 4, now - 600, now - 60, lost=True)}
-    monitor.lines = ["13:00:00 Worker connected: 192.168.1.101 (1 processes); 2 of 1..3 nodes",
-                     "13:05:00 Worker lost: 192.168.1.102"]
+    monitor.nodes = {
+        "a": Node("a", "192.168.1.100", "master-box", 2, now - 90, now),
+        "b": Node("b", "192.168.1.101", "<script>x</script>", 1, now - 30, now),
+        "c": Node("c", "192.168.1.102", "gone", 4, now - 600, now - 60, lost=True),
+    }
+    monitor.lines = [
+        "13:00:00 Worker connected: 192.168.1.101 (1 processes); 2 of 1..3 nodes",
+        "13:05:00 Worker lost: 192.168.1.102",
+    ]
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"type": "metrics", "step": 10, "fps": 3000.0}) + "\n")
     monitor.write_table()  # the master's own writer: the panel reads what it really writes
 
@@ -63,8 +75,10 @@ def test_node_panel_shows_world_size_and_one_row_per_node_from_the_masters_nodes
     assert "<script>" not in panel and "&lt;script&gt;" in panel  # nodes.json is data: escaped
     assert "Worker lost: 192.168.1.102" in panel  # a CLI run's train.log has none of these lines
     assert "--token TOKEN" in panel  # accepts workers; the token itself is not there
-    assert "--token s3cret" in nodes_html(json.loads((tmp_path / NODES_FILE).read_text()),
-                                          "python -m trainer worker --master 192.168.1.100:54321 --token s3cret")
+    assert "--token s3cret" in nodes_html(
+        json.loads((tmp_path / NODES_FILE).read_text()),
+        "python -m trainer worker --master 192.168.1.100:54321 --token s3cret",
+    )
     assert run_nodes_html(str(tmp_path / "missing")) == ""  # a one-process run: no panel
 
 
@@ -94,11 +108,13 @@ def test_a_run_that_accepts_workers_gets_an_address_and_token_only_its_starter_s
     manager = RunManager(tmp_path, max_concurrent_runs=3, target=fake_endless_trainer, cluster_port=port)
     plain = manager.start({"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 1000})
     assert manager.worker_join(plain.run_id) is None
-    state = manager.start({"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 1000,
-                           "max_nodes": 2})
+    state = manager.start({"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 1000, "max_nodes": 2})
     join = manager.worker_join(state.run_id)
     assert join.master == f"127.0.0.1:{port}"  # loopback unless the studio's owner says otherwise
-    assert len(join.token) >= 16 and join.command == f"python -m trainer worker --master 127.0.0.1:{port} --token {join.token}"
+    assert (
+        len(join.token) >= 16
+        and join.command == f"python -m trainer worker --master 127.0.0.1:{port} --token {join.token}"
+    )
     assert join.token not in repr(manager.get(state.run_id)) and join.token not in repr(manager.list_runs())
     folders = set(tmp_path.iterdir())
     with pytest.raises(RunError, match="already accepts workers"):
@@ -133,8 +149,10 @@ def test_studio_run_with_two_processes_trains_two_gloo_ranks_through_the_launche
 
 
 def _wait_for_master_node(run_dir: Path) -> dict:
-    wait_for(lambda: (run_dir / NODES_FILE).exists()
-             and json.loads((run_dir / NODES_FILE).read_text())["nodes"], timeout=RUN_SECONDS)
+    wait_for(
+        lambda: (run_dir / NODES_FILE).exists() and json.loads((run_dir / NODES_FILE).read_text())["nodes"],
+        timeout=RUN_SECONDS,
+    )
     return json.loads((run_dir / NODES_FILE).read_text())
 
 
@@ -145,8 +163,13 @@ def test_studio_run_waiting_for_a_worker_is_joined_by_the_command_it_showed(tmp_
     join = manager.worker_join(state.run_id)
     assert "waiting for workers: 1 of 2" in nodes_html(_wait_for_master_node(Path(state.run_dir)))
     assert manager.get(state.run_id).status == "starting"
-    worker = subprocess.Popen([sys.executable, "-m", *join.command.split()[2:]], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", *join.command.split()[2:]],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         run = ended(manager, state.run_id)
         output = worker.communicate(timeout=RUN_SECONDS)[0]
@@ -182,10 +205,36 @@ def test_studio_stop_of_a_two_process_run_saves_and_ends_stopped(tmp_path):
 
 @pytest.mark.slow
 def test_cli_run_on_two_processes_appears_in_the_runs_tab_like_any_other(tmp_path):
-    settings = ["--set", "total_timesteps=2048", "--set", "num_envs=8", "--set", "num_steps=64",
-                "--set", "mini_batch_size=128", "--set", "gif_interval=0"]
-    subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/cartpole.yaml", "--nproc", "2",
-                    "--runs-dir", str(tmp_path), "--quiet", *settings], cwd=REPO, check=True, timeout=RUN_SECONDS)
+    settings = [
+        "--set",
+        "total_timesteps=2048",
+        "--set",
+        "num_envs=8",
+        "--set",
+        "num_steps=64",
+        "--set",
+        "mini_batch_size=128",
+        "--set",
+        "gif_interval=0",
+    ]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--config",
+            "configs/cartpole.yaml",
+            "--nproc",
+            "2",
+            "--runs-dir",
+            str(tmp_path),
+            "--quiet",
+            *settings,
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=RUN_SECONDS,
+    )
     runs = RunManager(tmp_path).list_runs()
     assert len(runs) == 1 and runs[0].status == "finished" and runs[0].step == 2048
     row = runs_table_rows(runs)[0]

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from envs.base import closest_name
+from envs.names import closest_name
 from envs.registry import resolve_env_name
 from studio import views
 from studio.evaluate import EvaluationSummary, preselected_run
@@ -21,7 +21,8 @@ from studio.form import BASIC_FIELDS
 from studio.scratch import ScratchFolder
 from test_studio_runs import CONFIG, fake_endless_trainer, wait_for
 from test_studio_ui import KEYS, SKIP, make_studio
-from trainer.config.keys import ConfigError, config_from_dict
+from trainer.config.checks import ConfigError
+from trainer.config.validation import config_from_dict
 
 
 def test_environment_comes_first_in_the_form():
@@ -93,9 +94,15 @@ def test_no_advice_for_names_that_are_not_close(unrelated):
     assert "Did you mean" not in str(error.value)
 
 
-@pytest.mark.parametrize("typo, meant", [
-    ("flapy_bird", "flappy_bird"), ("Acrobat-v1", "Acrobot-v1"), ("pendulm-v1", "Pendulum-v1"), ("cartpol", "cartpole"),
-])
+@pytest.mark.parametrize(
+    "typo, meant",
+    [
+        ("flapy_bird", "flappy_bird"),
+        ("Acrobat-v1", "Acrobot-v1"),
+        ("pendulm-v1", "Pendulum-v1"),
+        ("cartpol", "cartpole"),
+    ],
+)
 def test_typos_still_get_the_closest_name(typo, meant):
     with pytest.raises(ValueError, match=f"Did you mean '{meant}'"):
         resolve_env_name(typo)
@@ -143,8 +150,12 @@ def _run(run_id, status, final_model=None, checkpoint=None):
 
 
 def test_evaluate_preselects_the_newest_finished_runs_model():
-    runs = [_run("c-training", "running", checkpoint="c/ckpt.pth"), _run("b-done", "finished", "b/final.pth"),
-            _run("a-done", "finished", "a/final.pth"), _run("z-empty", "failed")]
+    runs = [
+        _run("c-training", "running", checkpoint="c/ckpt.pth"),
+        _run("b-done", "finished", "b/final.pth"),
+        _run("a-done", "finished", "a/final.pth"),
+        _run("z-empty", "failed"),
+    ]
     assert preselected_run(runs) == "b-done"
     assert preselected_run(runs, current="a-done") == "a-done"  # the visitor's own pick stays
     assert preselected_run(runs, current="z-empty") == "b-done"  # ... while it still has a model
@@ -179,4 +190,3 @@ def test_evaluate_says_which_file_it_evaluated(tmp_path, monkeypatch):
     assert message.startswith("### ")  # the headline (the score) stays first
     assert f"Model file: `cartpole_ppo_final.pth` of **{state.run_id}**" in message
     assert evaluated and evaluated[0].endswith("cartpole_ppo_final.pth")
-

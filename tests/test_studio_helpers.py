@@ -22,8 +22,13 @@ from trainer.cluster.launch import free_port
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 
 
@@ -57,13 +62,18 @@ class StudioServer:
 
 def start_studio(runs_dir: Path, log_path: Path, *extra_args: str, timeout: float = 90.0) -> StudioServer:
     port = free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", SDL_VIDEODRIVER="dummy",
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", SDL_VIDEODRIVER="dummy", PYTHONUNBUFFERED="1"
+    )
     env.pop("RL_STUDIO_AUTH", None)
     log_file = open(log_path, "ab")
     process = subprocess.Popen(
         [sys.executable, str(REPO / "app.py"), "--port", str(port), "--runs-dir", str(runs_dir), *extra_args],
-        cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=REPO,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     server = StudioServer(process, f"http://127.0.0.1:{port}", Path(runs_dir), Path(log_path))
     deadline = time.time() + timeout
@@ -107,3 +117,27 @@ def studio_page(tmp_path: Path, width: int, height: int, **page_options):
                 browser.close()
     finally:
         server.stop()
+
+
+@contextmanager
+def guarded_app(tmp_path: Path, users: list[tuple[str, str]]):
+    """A Gradio app launched the studio's way (launch_options: login throttle, upload limit), with
+    --auth `users` (the first one also guards /metrics) and the studio's /metrics route; its URL."""
+    import gradio as gr
+
+    from studio.metrics import metrics_route
+    from studio.runs import RunManager
+    from studio.ui import launch_options
+
+    port, manager = free_port(), RunManager(tmp_path / "runs")
+    with gr.Blocks() as demo:
+        gr.Markdown("studio")
+    options = launch_options("127.0.0.1", port, users[0], [str(tmp_path / "runs")], "1mb")
+    options["auth"] = list(users)
+    options["app_kwargs"]["routes"] = [metrics_route(manager, users[0])]
+    demo.launch(prevent_thread_lock=True, **options)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+        manager.shutdown()

@@ -22,8 +22,7 @@ from gradio_client import Client
 
 from test_studio_helpers import REPO, start_studio
 
-LONG_RUN = {"total_timesteps": 10_000_000, "gif_interval": 0, "checkpoint.interval": 2, "num_envs": 4,
-            "num_steps": 32}
+LONG_RUN = {"total_timesteps": 10_000_000, "gif_interval": 0, "checkpoint.interval": 2, "num_envs": 4, "num_steps": 32}
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -44,7 +43,7 @@ def events(run_dir: Path) -> list[dict]:
         text = (run_dir / "metrics.jsonl").read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
-    whole = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
+    whole = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
     return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
@@ -101,19 +100,39 @@ def test_a_studio_adopts_a_trainer_it_did_not_start_and_its_stop_works(tmp_path)
     runs = tmp_path / "runs"
     run_dir = runs / "cli-run"
     settings = [f"--set={key}={value}" for key, value in LONG_RUN.items()]
-    cli = subprocess.Popen([sys.executable, "-m", "trainer", "--config", "configs/cartpole.yaml", *settings,
-                            "--run-dir", str(run_dir), "--quiet", "--no-progress"],
-                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "cli.log", "wb"))
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--config",
+            "configs/cartpole.yaml",
+            *settings,
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+            "--no-progress",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "cli.log", "wb"),
+    )
     try:
-        wait_for(lambda: owner_pid(run_dir) == cli.pid and any(e["type"] == "metrics" for e in events(run_dir)),
-                 90, "the CLI run trains")
+        wait_for(
+            lambda: owner_pid(run_dir) == cli.pid and any(e["type"] == "metrics" for e in events(run_dir)),
+            90,
+            "the CLI run trains",
+        )
         studio = start_studio(runs, tmp_path / "studio.log")
         try:
             client = Client(studio.url, verbose=False)
             assert client.predict("cli-run", api_name="/poll")["status"] == "running"
             assert client.predict("cli-run", api_name="/stop")["status"] == "stopping"
-            wait_for(lambda: client.predict("cli-run", api_name="/poll")["status"] == "stopped", 60,
-                     "the adopted run has stopped")
+            wait_for(
+                lambda: client.predict("cli-run", api_name="/poll")["status"] == "stopped",
+                60,
+                "the adopted run has stopped",
+            )
         finally:
             studio.stop()
         assert cli.wait(30) == 0

@@ -1,23 +1,20 @@
 """Wrong passwords are throttled per (client address, user name), on the real Gradio login route
 and on the studio's /metrics alike: one throttle, which parallel guesses cannot outrun."""
+
 import asyncio
 import base64
 import urllib.error
 import urllib.parse
 import urllib.request
 
-import gradio as gr
 import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from test_studio_helpers import free_port
 
-from studio.metrics import metrics_route
-from studio.runs import RunManager
 from studio.throttle import LoginThrottle
-from studio.ui import launch_options
+from test_studio_helpers import guarded_app
 
 AUTH = ("alice", "s3cret")
 
@@ -27,10 +24,16 @@ def post_login(url: str, password: str, user: str = "alice", multipart: bool = F
     fields = {"username": user, "password": password}
     if multipart:
         boundary = "----rlstudio-test"
-        body = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-                       for name, value in fields.items()) + f"--{boundary}--\r\n"
-        request = urllib.request.Request(url + "/login", data=body.encode(),
-                                         headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        body = (
+            "".join(
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+                for name, value in fields.items()
+            )
+            + f"--{boundary}--\r\n"
+        )
+        request = urllib.request.Request(
+            url + "/login", data=body.encode(), headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        )
     else:
         request = urllib.request.Request(url + "/login", data=urllib.parse.urlencode(fields).encode())
     return _status(request)
@@ -58,31 +61,20 @@ def _status(request) -> int:
 def studio_url(tmp_path):
     """A Gradio app launched the studio's way (launch_options, the /metrics route), --auth alice:s3cret,
     with a second user bob:hunter2 sharing the client address 127.0.0.1."""
-    port = free_port()
-    manager = RunManager(tmp_path / "runs")
-    with gr.Blocks() as demo:
-        gr.Markdown("hello")
-    options = launch_options("127.0.0.1", port, AUTH, [str(tmp_path)], "1mb")
-    options["auth"] = [AUTH, ("bob", "hunter2")]
-    options["app_kwargs"]["routes"] = [metrics_route(manager, AUTH)]
-    demo.launch(prevent_thread_lock=True, **options)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        demo.close()
-        manager.shutdown()
+    with guarded_app(tmp_path, [AUTH, ("bob", "hunter2")]) as url:
+        yield url
 
 
 def test_repeated_wrong_passwords_lock_the_user_out_even_for_the_right_one(studio_url):
     assert post_login(studio_url, "s3cret") == 200
     codes = [post_login(studio_url, f"wrong{i}") for i in range(8)]
-    assert codes[:5] == [400] * 5, codes       # Gradio's own answer to a wrong password
-    assert set(codes[5:]) == {429}, codes        # then alice waits
-    assert post_login(studio_url, "s3cret") == 429      # even with the right password, until the lockout ends
+    assert codes[:5] == [400] * 5, codes  # Gradio's own answer to a wrong password
+    assert set(codes[5:]) == {429}, codes  # then alice waits
+    assert post_login(studio_url, "s3cret") == 429  # even with the right password, until the lockout ends
 
 
 def test_one_users_typos_do_not_lock_out_another_user_at_the_same_address(studio_url):
-    assert [post_login(studio_url, f"typo{i}") for i in range(6)][-1] == 429   # alice is locked out
+    assert [post_login(studio_url, f"typo{i}") for i in range(6)][-1] == 429  # alice is locked out
     assert post_login(studio_url, "hunter2", user="bob", multipart=True) == 200  # the browser's form, as bob
     assert post_login(studio_url, "hunter2", user="bob") == 200
     assert post_login(studio_url, "s3cret") == 429
@@ -94,8 +86,8 @@ def test_metrics_guesses_are_throttled_with_the_logins(studio_url):
     assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}, codes
     status, headers = get_metrics(studio_url, "alice", "s3cret")
     assert status == 429 and int(headers["retry-after"]) >= 1
-    assert post_login(studio_url, "s3cret") == 429            # one throttle: the page waits too
-    assert get_metrics(studio_url, "bob", "wrong")[0] == 401   # another user name is counted on its own
+    assert post_login(studio_url, "s3cret") == 429  # one throttle: the page waits too
+    assert get_metrics(studio_url, "bob", "wrong")[0] == 401  # another user name is counted on its own
 
 
 def test_guesses_at_login_and_metrics_add_up(studio_url):
@@ -125,18 +117,20 @@ def stand_in(delay: float = 0.0, **limits) -> tuple[LoginThrottle, list]:
 async def attempts(app, pairs: list[tuple[str, str]], parallel: bool = False) -> list[int]:
     transport = httpx.ASGITransport(app=app, client=("10.0.0.1", 1234))
     async with httpx.AsyncClient(transport=transport, base_url="http://studio") as client:
+
         async def one(user, password):
             return (await client.post("/login", data={"username": user, "password": password})).status_code
+
         if parallel:
             return list(await asyncio.gather(*(one(*pair) for pair in pairs)))
         return [await one(*pair) for pair in pairs]
 
 
 def test_one_address_cannot_try_user_name_after_user_name():
-    throttle, _ = stand_in(max_failures=3, address_factor=4)          # 12 failures per address
+    throttle, _ = stand_in(max_failures=3, address_factor=4)  # 12 failures per address
     codes = asyncio.run(attempts(throttle, [(f"user{i}", "guess") for i in range(15)]))
     assert codes[:12] == [400] * 12 and set(codes[12:]) == {429}, codes
-    assert asyncio.run(attempts(throttle, [("someone-new", "ok")])) == [429]   # the whole address waits now
+    assert asyncio.run(attempts(throttle, [("someone-new", "ok")])) == [429]  # the whole address waits now
 
 
 def test_parallel_guesses_cannot_outrun_the_count():
@@ -151,7 +145,7 @@ def test_lockout_ends_doubles_and_a_success_clears_the_record():
     throttle, _ = stand_in(max_failures=3, window_seconds=60, lockout_seconds=10, clock=lambda: now[0])
     assert asyncio.run(attempts(throttle, [("alice", "guess")] * 4)) == [400, 400, 400, 429]
     assert throttle.users.wait_left(("10.0.0.1", "alice")) == 10
-    now[0] = 11                                                  # the lockout is over
+    now[0] = 11  # the lockout is over
     assert asyncio.run(attempts(throttle, [("alice", "guess")] * 4)) == [400, 400, 400, 429]
     assert throttle.users.wait_left(("10.0.0.1", "alice")) == 20  # the second one is twice as long
     assert asyncio.run(attempts(throttle, [("bob", "guess"), ("bob", "ok")])) == [400, 200]  # bob is not alice

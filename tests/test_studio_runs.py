@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from trainer.run.layout import latest_checkpoint_path
-from trainer.run.owner import RunOwner, take_ownership
-
 from studio.run_paths import RunError, RunLimitError, UnknownRunError, safe_run_file, validate_run_id
 from studio.runs import RunManager
 from studio.trainer_process import TRAINER_PRELOAD, TRAINER_START_METHOD
+from trainer.run.layout import latest_checkpoint_path
+from trainer.run.owner import RunOwner, take_ownership
 
 CONFIG = {"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 1000, "seed": 1}
 
@@ -50,8 +49,14 @@ def fake_trainer(config, run_dir, queue, stop_event, resume, updates=10, delay=0
     first_update = 0
     if resume:
         first_update = int(latest_checkpoint_path(run_path, config).stem.split("_")[1]) // 100
-    emit("start", run_id=run_path.name, config=config, device="cpu",
-         total_timesteps=config["total_timesteps"], resumed_from_step=first_update * 100 if resume else None)
+    emit(
+        "start",
+        run_id=run_path.name,
+        config=config,
+        device="cpu",
+        total_timesteps=config["total_timesteps"],
+        resumed_from_step=first_update * 100 if resume else None,
+    )
     update = first_update
     status = "finished"
     while forever or update < first_update + updates:
@@ -60,16 +65,36 @@ def fake_trainer(config, run_dir, queue, stop_event, resume, updates=10, delay=0
             break
         update += 1
         step = update * 100
-        emit("metrics", step=step, update=update, fps=5000.0, elapsed=update * 0.02, episodes=update,
-             episode_return_mean=float(update * 10), episode_length_mean=float(update * 10),
-             episode_score_mean=float(update), recent_return_mean=float(update * 9), policy_loss=-0.01,
-             value_loss=1.0 / update, entropy=0.69, approx_kl=0.01, clip_fraction=0.1,
-             explained_variance=0.5, learning_rate=3e-4)
+        emit(
+            "metrics",
+            step=step,
+            update=update,
+            fps=5000.0,
+            elapsed=update * 0.02,
+            episodes=update,
+            episode_return_mean=float(update * 10),
+            episode_length_mean=float(update * 10),
+            episode_score_mean=float(update),
+            recent_return_mean=float(update * 9),
+            policy_loss=-0.01,
+            value_loss=1.0 / update,
+            entropy=0.69,
+            approx_kl=0.01,
+            clip_fraction=0.1,
+            explained_variance=0.5,
+            learning_rate=3e-4,
+        )
         emit("log", level="info", message=f"[STEP {step}] EpRewMean: {update * 10.0}")
         if update % 5 == 0:
             emit("checkpoint", step=step, path=_save(run_path / "checkpoints" / f"ckpt_{step}.pth", b"ckpt"))
-            emit("gif", step=step, path=_save(run_path / "rollouts" / f"step_{step}.gif", b"GIF89a"),
-                 episode_return=10.0, episode_score=1.0, frames=3)
+            emit(
+                "gif",
+                step=step,
+                path=_save(run_path / "rollouts" / f"step_{step}.gif", b"GIF89a"),
+                episode_return=10.0,
+                episode_score=1.0,
+                frames=3,
+            )
         time.sleep(delay)
     model = _save(run_path / "cartpole_ppo_final.pth", b"model")
     emit("checkpoint", step=update * 100, path=_save(run_path / "checkpoints" / f"ckpt_{update * 100}.pth", b"c"))
@@ -84,18 +109,19 @@ def fake_endless_trainer(config, run_dir, queue, stop_event, resume):
 
 def fake_failing_trainer(config, run_dir, queue, stop_event, resume):
     emit = _emitter(run_dir, queue)
-    emit("start", run_id=Path(run_dir).name, config=config, device="cpu", total_timesteps=1000,
-         resumed_from_step=None)
-    emit("error", message="ValueError: mini_batch_size 7 does not divide 64",
-         traceback="Traceback (most recent call last):\n  File loop.py\nValueError: mini_batch_size 7 does not divide 64")
+    emit("start", run_id=Path(run_dir).name, config=config, device="cpu", total_timesteps=1000, resumed_from_step=None)
+    emit(
+        "error",
+        message="ValueError: mini_batch_size 7 does not divide 64",
+        traceback="Traceback (most recent call last):\n  File loop.py\nValueError: mini_batch_size 7 does not divide 64",
+    )
     emit("end", status="failed", step=0, final_model=None)
 
 
 def fake_dying_trainer(config, run_dir, queue, stop_event, resume):
     take_ownership(run_dir)  # left behind: its process is gone
     emit = _emitter(run_dir, queue)
-    emit("start", run_id=Path(run_dir).name, config=config, device="cpu", total_timesteps=1000,
-         resumed_from_step=None)
+    emit("start", run_id=Path(run_dir).name, config=config, device="cpu", total_timesteps=1000, resumed_from_step=None)
     os._exit(3)  # dies without an end event, as a segfault or the OOM killer would
 
 
@@ -116,10 +142,15 @@ def report_start(config, run_dir, queue, stop_event, resume):
     already imported, its OS parent's command line, and the process that created it."""
     import psutil
 
-    Path(run_dir, "start.json").write_text(json.dumps({
-        "preloaded": [name for name in TRAINER_PRELOAD if name in sys.modules],
-        "os_parent": " ".join(psutil.Process(os.getppid()).cmdline()),
-        "creator": multiprocessing.parent_process().pid}))
+    Path(run_dir, "start.json").write_text(
+        json.dumps(
+            {
+                "preloaded": [name for name in TRAINER_PRELOAD if name in sys.modules],
+                "os_parent": " ".join(psutil.Process(os.getppid()).cmdline()),
+                "creator": multiprocessing.parent_process().pid,
+            }
+        )
+    )
 
 
 def wait_until_ended(manager: RunManager, run_id: str):
@@ -224,11 +255,18 @@ def test_run_without_end_event_is_listed_as_interrupted(tmp_path):
     run_dir.mkdir()
     old = time.time() - 3600
     events = [
-        {"type": "start", "time": old, "run_id": run_dir.name, "config": CONFIG, "device": "cpu",
-         "total_timesteps": 1000, "resumed_from_step": None},
+        {
+            "type": "start",
+            "time": old,
+            "run_id": run_dir.name,
+            "config": CONFIG,
+            "device": "cpu",
+            "total_timesteps": 1000,
+            "resumed_from_step": None,
+        },
         {"type": "metrics", "time": old + 1, "step": 100, "episode_return_mean": 12.0},
     ]
-    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n{\"type\": \"met")
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(e) for e in events) + '\n{"type": "met')
     run = RunManager(tmp_path).get(run_dir.name)
     assert run.status == "interrupted"
     assert run.step == 100 and len(run.metrics) == 1  # the torn last line is skipped
@@ -319,8 +357,12 @@ def sleeping_owner(run_dir: Path):
     import psutil
 
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    owner = RunOwner(pid=process.pid, host=socket.gethostname(), started_at=time.time(),
-                     process_started=psutil.Process(process.pid).create_time())
+    owner = RunOwner(
+        pid=process.pid,
+        host=socket.gethostname(),
+        started_at=time.time(),
+        process_started=psutil.Process(process.pid).create_time(),
+    )
     (run_dir / "owner.json").write_text(json.dumps(owner.__dict__))
     return process
 
@@ -348,8 +390,20 @@ def test_a_run_whose_owner_is_alive_is_running_and_not_resumable(tmp_path):
     run_dir = tmp_path / run_id
     # As if a CLI trainer had resumed it: a live owner and a new segment without an end yet.
     with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as history:
-        history.write(json.dumps({"type": "start", "time": time.time(), "run_id": run_id, "config": CONFIG,
-                                  "device": "cpu", "total_timesteps": 2000, "resumed_from_step": 1000}) + "\n")
+        history.write(
+            json.dumps(
+                {
+                    "type": "start",
+                    "time": time.time(),
+                    "run_id": run_id,
+                    "config": CONFIG,
+                    "device": "cpu",
+                    "total_timesteps": 2000,
+                    "resumed_from_step": 1000,
+                }
+            )
+            + "\n"
+        )
     owner = sleeping_owner(run_dir)
     try:
         assert manager.get(run_id).status == RunManager(tmp_path).get(run_id).status == "running"

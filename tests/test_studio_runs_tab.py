@@ -6,10 +6,10 @@ Delete on a running run says to stop it first instead of offering a confirmation
 
 from __future__ import annotations
 
-import json
-import re
-import multiprocessing
 import contextlib
+import json
+import multiprocessing
+import re
 import threading
 from pathlib import Path
 
@@ -17,9 +17,9 @@ import gradio as gr
 import pytest
 
 from studio import compare, runs_tab, views
+from studio.callbacks import Studio
 from studio.history import RunState
 from studio.runs import RunError, RunManager
-from studio.callbacks import Studio
 from test_studio_runs import CONFIG, fake_endless_trainer, fake_trainer, wait_for
 from trainer.run.layout import NOTES_FILE, create_run_dir, write_config
 from trainer.run.notes import MAX_RUN_NAME_CHARS, RunNotes
@@ -259,8 +259,13 @@ def test_the_table_handler_applies_the_filters(tmp_path):
 
 
 def test_the_config_diff_lists_only_the_keys_that_differ():
-    base = {"env_name": "cartpole", "learning_rate": 3e-4, "num_envs": 8, "checkpoint": {"keep": 3, "interval": 10},
-            "policy_kwargs": None}
+    base = {
+        "env_name": "cartpole",
+        "learning_rate": 3e-4,
+        "num_envs": 8,
+        "checkpoint": {"keep": 3, "interval": 10},
+        "policy_kwargs": None,
+    }
     runs = [
         snapshot("a", "finished", base, 1.0),
         snapshot("b", "finished", {**base, "learning_rate": 1e-3, "checkpoint": {"keep": 5, "interval": 10}}, 2.0),

@@ -34,8 +34,7 @@ def file_of(component) -> str | None:
 
 
 def make_studio(tmp_path, target=fake_trainer, **kwargs) -> Studio:
-    return Studio(RunManager(tmp_path / "runs", target=target, max_concurrent_runs=kwargs.pop("limit", 2)),
-                  **kwargs)
+    return Studio(RunManager(tmp_path / "runs", target=target, max_concurrent_runs=kwargs.pop("limit", 2)), **kwargs)
 
 
 def form(**changes):
@@ -45,14 +44,17 @@ def form(**changes):
     return values
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"num_envs": -4}, "num_envs must be a positive integer, got -4"),
-    ({"env_name": "NoSuchGame-v9"}, "Unknown environment 'NoSuchGame-v9'"),
-    ({"mini_batch_size": 1000}, "mini_batch_size (1000) must divide batch_size"),
-    ({"env_name": "os:system"}, "--allow-custom-envs"),
-    ({"total_timesteps": None}, "total_timesteps is empty"),
-    ({"learning_rate": 5.0}, "learning_rate must be in (0.0, 1.0], got 5.0"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"num_envs": -4}, "num_envs must be a positive integer, got -4"),
+        ({"env_name": "NoSuchGame-v9"}, "Unknown environment 'NoSuchGame-v9'"),
+        ({"mini_batch_size": 1000}, "mini_batch_size (1000) must divide batch_size"),
+        ({"env_name": "os:system"}, "--allow-custom-envs"),
+        ({"total_timesteps": None}, "total_timesteps is empty"),
+        ({"learning_rate": 5.0}, "learning_rate must be in (0.0, 1.0], got 5.0"),
+    ],
+)
 def test_bad_form_shows_a_message_and_starts_nothing(tmp_path, changes, expected):
     studio = make_studio(tmp_path)
     message, run_id, timer, viewed = studio.on_start(*form(**changes))
@@ -94,7 +96,7 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     _, run_id, _, viewed = studio.on_start(*form())
     wait_for(lambda: not studio.manager.get(run_id).is_active)
     first = studio.on_tick(run_id, viewed)
-    status, reward, gif, caption, log, diagnostics, *downloads = first[:6 + len(DOWNLOAD_KINDS)]
+    status, reward, gif, caption, log, diagnostics, *downloads = first[: 6 + len(DOWNLOAD_KINDS)]
     viewed = first[-1]
     assert "finished" in status
     assert reward != SKIP and gif != SKIP and diagnostics != SKIP
@@ -103,7 +105,7 @@ def test_live_view_sends_nothing_new_when_nothing_changed(tmp_path):
     assert first[-2] != SKIP  # the timer is switched off: the run is over
 
     second = studio.on_tick(run_id, viewed)
-    reward, gif, caption, log, diagnostics, *downloads = second[1:6 + len(DOWNLOAD_KINDS)]
+    reward, gif, caption, log, diagnostics, *downloads = second[1 : 6 + len(DOWNLOAD_KINDS)]
     assert [reward, gif, caption, log, diagnostics, *downloads] == [SKIP] * (5 + len(DOWNLOAD_KINDS))
 
 
@@ -133,15 +135,29 @@ def test_files_outside_the_runs_folder_are_never_shown(tmp_path):
     run_dir = studio.manager.runs_dir / "crafted-run"
     run_dir.mkdir(parents=True)
     events = [
-        {"type": "start", "time": time.time(), "run_id": "crafted-run", "config": CONFIG, "device": "cpu",
-         "total_timesteps": 1000, "resumed_from_step": None},
-        {"type": "gif", "time": time.time(), "step": 1, "path": "/etc/passwd", "episode_return": 1, "episode_score": 1,
-         "frames": 1},
+        {
+            "type": "start",
+            "time": time.time(),
+            "run_id": "crafted-run",
+            "config": CONFIG,
+            "device": "cpu",
+            "total_timesteps": 1000,
+            "resumed_from_step": None,
+        },
+        {
+            "type": "gif",
+            "time": time.time(),
+            "step": 1,
+            "path": "/etc/passwd",
+            "episode_return": 1,
+            "episode_score": 1,
+            "frames": 1,
+        },
         {"type": "end", "time": time.time(), "status": "finished", "step": 1, "final_model": "/etc/passwd"},
     ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     outputs = studio.on_tick("crafted-run", {})
-    gif, downloads = outputs[2], outputs[6:6 + len(DOWNLOAD_KINDS)]
+    gif, downloads = outputs[2], outputs[6 : 6 + len(DOWNLOAD_KINDS)]
     assert file_of(gif) is None
     assert file_of(downloads[0]) is None and downloads[0].interactive is False
     with pytest.raises(gr.Error):

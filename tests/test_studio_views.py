@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import json
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -12,15 +12,7 @@ import pytest
 from plotly.graph_objects import Figure
 
 from studio import views
-from studio.charts import (
-    CurveSource,
-    UsageSample,
-    diagnostics_figure,
-    downsample,
-    reward_figure,
-    smooth,
-    system_figure,
-)
+from studio.charts import CurveSource, UsageSample, diagnostics_figure, reward_figure, system_figure
 from studio.form import (
     FORM_FIELDS,
     NOT_IN_FORM,
@@ -33,30 +25,55 @@ from studio.form import (
     validated_config,
 )
 from studio.runs import GifInfo, RunState
+from studio.series import downsample, smooth
 from studio.system import SystemMonitor, parse_nvidia_smi
-from trainer.config.keys import CheckpointConfig, ConfigError, TrainConfig, config_from_dict
+from trainer.config.checks import ConfigError
+from trainer.config.keys import CheckpointConfig
+from trainer.config.validation import config_from_dict
 from trainer.run.retention import run_size_bytes
 
 
 def metrics_events(count: int, start_step: int = 0) -> list[dict]:
     events = []
     for update in range(1, count + 1):
-        events.append({
-            "type": "metrics", "time": 1000.0 + update, "step": start_step + update * 512, "update": update,
-            "fps": 10000.0, "elapsed": update * 0.05, "episodes": update * 3,
-            "episode_return_mean": None if update == 1 else float(update), "episode_length_mean": float(update),
-            "episode_score_mean": float(update), "recent_return_mean": float(update), "policy_loss": -0.02,
-            "value_loss": 1.0, "entropy": 0.6, "approx_kl": 0.01, "clip_fraction": 0.1,
-            "explained_variance": 0.3, "learning_rate": 2.5e-4,
-        })
+        events.append(
+            {
+                "type": "metrics",
+                "time": 1000.0 + update,
+                "step": start_step + update * 512,
+                "update": update,
+                "fps": 10000.0,
+                "elapsed": update * 0.05,
+                "episodes": update * 3,
+                "episode_return_mean": None if update == 1 else float(update),
+                "episode_length_mean": float(update),
+                "episode_score_mean": float(update),
+                "recent_return_mean": float(update),
+                "policy_loss": -0.02,
+                "value_loss": 1.0,
+                "entropy": 0.6,
+                "approx_kl": 0.01,
+                "clip_fraction": 0.1,
+                "explained_variance": 0.3,
+                "learning_rate": 2.5e-4,
+            }
+        )
     return events
 
 
-def snapshot_with(tmp_path: Path, events: list[dict], status_events=()) -> "views.RunSnapshot":
+def snapshot_with(tmp_path: Path, events: list[dict], status_events=()) -> views.RunSnapshot:
     state = RunState(run_id="cartpole-ppo-small-1", run_dir=tmp_path, managed=True)
-    state.apply({"type": "start", "time": 1000.0, "run_id": "cartpole-ppo-small-1", "device": "cpu",
-                 "config": {"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 51200},
-                 "total_timesteps": 51200, "resumed_from_step": None})
+    state.apply(
+        {
+            "type": "start",
+            "time": 1000.0,
+            "run_id": "cartpole-ppo-small-1",
+            "device": "cpu",
+            "config": {"env_name": "cartpole", "model_type": "ppo-small", "total_timesteps": 51200},
+            "total_timesteps": 51200,
+            "resumed_from_step": None,
+        }
+    )
     for event in [*events, *status_events]:
         state.apply(event)
     return state.snapshot()
@@ -93,10 +110,19 @@ def test_overlay_draws_one_pair_of_curves_per_run_with_run_names():
     figure = Figure(reward_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))]))
     assert len(figure.data) == 4
     assert {trace.name for trace in figure.data if trace.showlegend is not False} >= {"run-a", "run-b"}
-    diagnostics = Figure(diagnostics_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))]))
+    diagnostics = Figure(
+        diagnostics_figure([CurveSource("run-a", metrics_events(5)), CurveSource("run-b", metrics_events(8))])
+    )
     titles = [annotation.text for annotation in diagnostics.layout.annotations]
-    assert {"Episode length", "Explained variance", "Policy loss", "Value loss", "Entropy", "Approx. KL",
-            "Steps / s"} <= set(titles)
+    assert {
+        "Episode length",
+        "Explained variance",
+        "Policy loss",
+        "Value loss",
+        "Entropy",
+        "Approx. KL",
+        "Steps / s",
+    } <= set(titles)
     assert len(diagnostics.data) == 2 * 8
 
 
@@ -140,33 +166,57 @@ def test_status_line_shows_state_step_speed_eta_and_progress(tmp_path):
 
 
 def test_status_line_of_a_failed_run_shows_the_error_escaped(tmp_path):
-    run = snapshot_with(tmp_path, metrics_events(2), [
-        {"type": "error", "time": 1010.0, "message": "ValueError: <bad> value",
-         "traceback": "Traceback\n" + "\n".join(f"  line {i}" for i in range(40)) + "\nValueError: <bad>"},
-        {"type": "end", "time": 1011.0, "status": "failed", "step": 1024, "final_model": None},
-    ])
+    run = snapshot_with(
+        tmp_path,
+        metrics_events(2),
+        [
+            {
+                "type": "error",
+                "time": 1010.0,
+                "message": "ValueError: <bad> value",
+                "traceback": "Traceback\n" + "\n".join(f"  line {i}" for i in range(40)) + "\nValueError: <bad>",
+            },
+            {"type": "end", "time": 1011.0, "status": "failed", "step": 1024, "final_model": None},
+        ],
+    )
     html = views.status_html(run)
     assert "failed" in html and "ValueError: &lt;bad&gt; value" in html and "<bad>" not in html
     assert html.count("line ") <= 15  # only the tail of the traceback
 
 
 def test_runs_table_row_has_the_columns_people_look_for(tmp_path):
-    run = snapshot_with(tmp_path, metrics_events(10), [
-        {"type": "end", "time": 1020.0, "status": "finished", "step": 5120, "final_model": None}])
+    run = snapshot_with(
+        tmp_path,
+        metrics_events(10),
+        [{"type": "end", "time": 1020.0, "status": "finished", "step": 5120, "final_model": None}],
+    )
     (row,) = views.runs_table_rows([run])
     assert dict(zip(views.RUNS_TABLE_HEADERS, row)) == {
-        "run": "cartpole-ppo-small-1", "name": "", "env": "cartpole", "model": "ppo-small", "status": "finished",
-        "steps": 5120, "score": "10.0 steps balanced", "best return": 10.0, "last return": 10.0, "wall time": "0:20",
+        "run": "cartpole-ppo-small-1",
+        "name": "",
+        "env": "cartpole",
+        "model": "ppo-small",
+        "status": "finished",
+        "steps": 5120,
+        "score": "10.0 steps balanced",
+        "best return": 10.0,
+        "last return": 10.0,
+        "wall time": "0:20",
         "disk (MiB)": round(run_size_bytes(run.run_dir) / 2**20, 2),  # its numbers: tests/test_retention.py
     }
 
 
 def test_gif_caption_and_durations():
     # A GIF event from before the trainer said what the GIF shows: score and return only.
-    assert views.gif_caption(GifInfo("x.gif", 12288, 42.25, 3.0), "snake") == "Rollout at step 12,288: 3 food · return 42.2"
+    assert (
+        views.gif_caption(GifInfo("x.gif", 12288, 42.25, 3.0), "snake")
+        == "Rollout at step 12,288: 3 food · return 42.2"
+    )
     cut = GifInfo("x.gif", 12288, 1291.5, 31.0, steps_shown=300, episode_steps=2140, episode_ended=True)
-    assert (views.gif_caption(cut, "flappy_bird")
-            == "Rollout at step 12,288: first 300 of 2,140 steps · 31 pipes · return 1,291.5")
+    assert (
+        views.gif_caption(cut, "flappy_bird")
+        == "Rollout at step 12,288: first 300 of 2,140 steps · 31 pipes · return 1,291.5"
+    )
     # A Gymnasium env: its score is the return, said once.
     assert views.gif_caption(cut, "Pendulum-v1") == "Rollout at step 12,288: first 300 of 2,140 steps · return 1,291.5"
     assert "first 300 of 2,140 steps" in views.gif_caption_html(cut) and "<script" not in views.gif_caption_html(cut)
@@ -196,7 +246,7 @@ def test_batch_note_explains_the_batch_arithmetic():
 def test_every_trainer_key_is_in_the_form_or_explained():
     from trainer.config.keys import key_names
 
-    keys = {name for name in key_names() if name != "checkpoint"}     # the shared keys and every algorithm's own
+    keys = {name for name in key_names() if name != "checkpoint"}  # the shared keys and every algorithm's own
     keys |= {f"checkpoint.{f.name}" for f in dataclasses.fields(CheckpointConfig)}
     covered = {form_field.key for form_field in FORM_FIELDS} | set(NOT_IN_FORM)
     assert keys == covered
@@ -204,9 +254,17 @@ def test_every_trainer_key_is_in_the_form_or_explained():
 
 
 def test_form_round_trips_a_config():
-    config = config_from_dict({"env_name": "cartpole", "num_envs": 16, "num_steps": 64, "learning_rate": 1e-3,
-                               "target_kl": 0.02, "env_kwargs": {"max_episode_steps": 200},
-                               "checkpoint": {"interval": 7}}).to_dict()
+    config = config_from_dict(
+        {
+            "env_name": "cartpole",
+            "num_envs": 16,
+            "num_steps": 64,
+            "learning_rate": 1e-3,
+            "target_kl": 0.02,
+            "env_kwargs": {"max_episode_steps": 200},
+            "checkpoint": {"interval": 7},
+        }
+    ).to_dict()
     values = form_values(config)
     again = validated_config(values, allow_custom_envs=False).to_dict()
     assert again == config
@@ -255,7 +313,8 @@ def test_custom_code_needs_the_allow_custom_envs_flag():
 
 def test_yaml_paste_fills_the_form_and_bad_yaml_says_where():
     config, notes = config_from_yaml_text(
-        "env_name: FlappyBirdPygame-v0\nnum_envs: 32\ntotal_timesteps: 2_000_000\nbackend: gloo\n")
+        "env_name: FlappyBirdPygame-v0\nnum_envs: 32\ntotal_timesteps: 2_000_000\nbackend: gloo\n"
+    )
     assert config["num_envs"] == 32 and config["total_timesteps"] == 2_000_000
     assert any("backend" in note for note in notes)
     with pytest.raises(FormError, match="line 3"):

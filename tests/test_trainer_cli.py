@@ -1,18 +1,32 @@
 """The command line: train from YAML, --set, --resume, evaluate, and errors with exit code 2."""
+
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--set", "num_envs=8", "--set", "num_steps=16", "--set", "mini_batch_size=32", "--set", "gif_interval=0",
-        "--set", "update_epochs=1", "--set", "device=cpu"]
+TINY = [
+    "--set",
+    "num_envs=8",
+    "--set",
+    "num_steps=16",
+    "--set",
+    "mini_batch_size=32",
+    "--set",
+    "gif_interval=0",
+    "--set",
+    "update_epochs=1",
+    "--set",
+    "device=cpu",
+]
 
 
 def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SDL_VIDEODRIVER": "dummy"}
-    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def only_run_dir(runs_dir: Path) -> Path:
@@ -21,8 +35,9 @@ def only_run_dir(runs_dir: Path) -> Path:
 
 
 def test_train_from_yaml_with_overrides_then_resume_and_evaluate(tmp_path):
-    completed = run_cli("--config", "configs/cartpole.yaml", *TINY, "--set", "total_timesteps=384",
-                        "--runs-dir", str(tmp_path))
+    completed = run_cli(
+        "--config", "configs/cartpole.yaml", *TINY, "--set", "total_timesteps=384", "--runs-dir", str(tmp_path)
+    )
     assert completed.returncode == 0, completed.stderr
     run_dir = only_run_dir(tmp_path)
     assert run_dir.name.startswith("cartpole-ppo-small-")
@@ -63,8 +78,9 @@ def test_help_lists_every_command():
     assert completed.returncode == 0
     for command in ("evaluate", "export", "serve", "master", "worker"):
         assert f"python -m trainer {command}" in completed.stdout, command
-    benchmark_help = subprocess.run([sys.executable, "-m", "envs.bench", "--help"], cwd=ROOT, capture_output=True,
-                                    text=True, timeout=120)
+    benchmark_help = subprocess.run(
+        [sys.executable, "-m", "envs.bench", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert benchmark_help.stdout.startswith("usage: python -m envs.bench")
 
 
@@ -77,8 +93,16 @@ def test_guide_style_flappy_bird_yaml_runs_as_is(tmp_path):
     from envs.flappy_bird import FlappyBirdVecEnv  # our own game: if it does not import, this fails
 
     # Exactly the guide's file; only the budget is cut to one update (64 envs x 128 steps).
-    completed = run_cli("--config", "configs/train_flappy_bird.yaml", "--set", "total_timesteps=8192",
-                        "--set", "gif_interval=0", "--runs-dir", str(tmp_path))
+    completed = run_cli(
+        "--config",
+        "configs/train_flappy_bird.yaml",
+        "--set",
+        "total_timesteps=8192",
+        "--set",
+        "gif_interval=0",
+        "--runs-dir",
+        str(tmp_path),
+    )
     assert completed.returncode == 0, completed.stderr
     assert "needs no vector_env" in completed.stdout
     run_dir = only_run_dir(tmp_path)
@@ -92,8 +116,8 @@ def test_a_shipped_config_by_its_bare_name_from_any_folder(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     assert shipped_config_file("train_flappy_bird.yaml") == ROOT / "configs" / "train_flappy_bird.yaml"
     (tmp_path / "cartpole.yaml").write_text("env_name: snake\n")
-    assert shipped_config_file("cartpole.yaml") == "cartpole.yaml"             # a file here wins
-    for other in ("nothing.yaml", "../configs/snake.yaml", "sub/snake.yaml"):   # never a path into configs/
+    assert shipped_config_file("cartpole.yaml") == "cartpole.yaml"  # a file here wins
+    for other in ("nothing.yaml", "../configs/snake.yaml", "sub/snake.yaml"):  # never a path into configs/
         assert shipped_config_file(other) == other
 
 
@@ -101,8 +125,19 @@ def tiny_finished_run(run_dir: Path, env_name: str = "cartpole") -> Path:
     """A finished run of 2 updates (256 steps), trained in this process."""
     from trainer.run.loop import train
 
-    train({"env_name": env_name, "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
-           "total_timesteps": 256, "gif_interval": 0, "device": "cpu"}, run_dir)
+    train(
+        {
+            "env_name": env_name,
+            "num_envs": 8,
+            "num_steps": 16,
+            "mini_batch_size": 32,
+            "update_epochs": 1,
+            "total_timesteps": 256,
+            "gif_interval": 0,
+            "device": "cpu",
+        },
+        run_dir,
+    )
     return run_dir
 
 
@@ -110,8 +145,10 @@ def test_evaluating_on_a_game_whose_observations_do_not_fit_names_both_shapes(tm
     run_dir = tiny_finished_run(tmp_path / "run")
     completed = run_cli("evaluate", str(run_dir / "cartpole_ppo_final.pth"), "--env", "snake", "--episodes", "1")
     assert completed.returncode == 2, completed.stderr
-    assert completed.stderr.strip() == ("error: the model expects observations of shape [4] but snake gives [18]: "
-                                        "evaluate it on the env it was trained on (cartpole)")
+    assert completed.stderr.strip() == (
+        "error: the model expects observations of shape [4] but snake gives [18]: "
+        "evaluate it on the env it was trained on (cartpole)"
+    )
     assert "mat1" not in completed.stderr and "Traceback" not in completed.stderr
 
 
@@ -123,7 +160,8 @@ def test_resume_of_a_finished_run_refuses_and_leaves_its_history_alone(tmp_path)
     assert completed.stderr.strip() == (
         f"error: run run finished at step 256 (its end is in {run_dir / 'metrics.jsonl'}); to train further, "
         f"continue it with --resume {run_dir} --set total_timesteps=M, M larger than 256 "
-        f"(e.g. --set total_timesteps=512)")
+        f"(e.g. --set total_timesteps=512)"
+    )
     assert (run_dir / "metrics.jsonl").read_text() == history
     assert history.count('"type":"end"') == 1
     # Not larger than where it finished: still nothing to train.

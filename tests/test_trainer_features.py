@@ -1,5 +1,6 @@
 """Features around the loop: continuous actions through the Gymnasium adapter, the progress
 bar on a terminal, optional TensorBoard, lr_scaling, evaluate() from Python."""
+
 import os
 import pty
 import select
@@ -11,19 +12,29 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.run.checkpoint import load_model
 from trainer.config.defaults import load_config
+from trainer.run.checkpoint import load_model
 from trainer.run.events import read_events
 from trainer.run.loop import train
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["num_envs=4", "num_steps=16", "mini_batch_size=32", "update_epochs=1", "gif_interval=0",
-        "torch_threads=1", "device=cpu"]
+TINY = [
+    "num_envs=4",
+    "num_steps=16",
+    "mini_batch_size=32",
+    "update_epochs=1",
+    "gif_interval=0",
+    "torch_threads=1",
+    "device=cpu",
+]
 
 
 def test_continuous_actions_through_the_gymnasium_adapter(tmp_path):
-    config = load_config(None, TINY + ["env_name=Pendulum-v1", "total_timesteps=128", "norm_obs=true",
-                                       "norm_reward=true", "model_type=ppo-medium"])
+    config = load_config(
+        None,
+        TINY
+        + ["env_name=Pendulum-v1", "total_timesteps=128", "norm_obs=true", "norm_reward=true", "model_type=ppo-medium"],
+    )
     result = train(config, tmp_path / "run")
     model = load_model(result.final_model)
     policy = model.policy
@@ -49,8 +60,10 @@ def test_continuous_actions_through_the_gymnasium_adapter(tmp_path):
 
 def test_a_convolutional_policy_trains_on_grid_observations(tmp_path):
     # The rollout's convolutional path (no folded MLP), the rollout scoring and the autograd update.
-    config = load_config(None, TINY + ["env_name=snake", "env_kwargs={obs: grid, grid_size: 8}",
-                                       "model_type=ppo-cnn", "total_timesteps=128"])
+    config = load_config(
+        None,
+        TINY + ["env_name=snake", "env_kwargs={obs: grid, grid_size: 8}", "model_type=ppo-cnn", "total_timesteps=128"],
+    )
     result = train(config, tmp_path / "run")
     metrics = result.last_metrics
     assert metrics["gradient_steps"] == 2 and np.isfinite(metrics["policy_loss"])
@@ -65,10 +78,13 @@ def test_a_convolutional_policy_trains_on_grid_observations(tmp_path):
 
 
 def test_lr_scaling_sqrt_scales_from_the_reference_batch(tmp_path):
-    config = load_config(None, TINY + ["total_timesteps=64", "lr_scaling=sqrt", "lr_reference_batch=8",
-                                       "learning_rate=1e-3", "anneal_lr=false"])
+    config = load_config(
+        None,
+        TINY
+        + ["total_timesteps=64", "lr_scaling=sqrt", "lr_reference_batch=8", "learning_rate=1e-3", "anneal_lr=false"],
+    )
     result = train(config, tmp_path / "run")
-    assert result.last_metrics["learning_rate"] == pytest.approx(1e-3 * 2.0)   # sqrt(32 / 8)
+    assert result.last_metrics["learning_rate"] == pytest.approx(1e-3 * 2.0)  # sqrt(32 / 8)
     logs = [event["message"] for event in read_events(tmp_path / "run" / "metrics.jsonl") if event["type"] == "log"]
     assert any("lr_scaling sqrt" in message for message in logs)
 
@@ -80,8 +96,11 @@ def test_tensorboard_without_the_package_is_a_warning_not_a_failure(tmp_path):
     except ImportError:
         result = train(config, tmp_path / "run")
         assert result.status == "finished"
-        warnings = [event for event in read_events(tmp_path / "run" / "metrics.jsonl")
-                    if event["type"] == "log" and event["level"] == "warning"]
+        warnings = [
+            event
+            for event in read_events(tmp_path / "run" / "metrics.jsonl")
+            if event["type"] == "log" and event["level"] == "warning"
+        ]
         assert any("pip install tensorboard" in event["message"] for event in warnings)
     else:
         train(config, tmp_path / "run")
@@ -128,8 +147,8 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     os.close(main)
     text = output.decode(errors="replace")
     assert process.returncode == 0, text
-    assert "\r" in text and "step" in text and "%" in text     # tqdm's bar
-    assert "[STEP 2048]" in text                              # log lines still print
+    assert "\r" in text and "step" in text and "%" in text  # tqdm's bar
+    assert "[STEP 2048]" in text  # log lines still print
 
 
 def test_wrappers_route_a_builtin_through_gymnasium(tmp_path):

@@ -2,13 +2,11 @@
 a .pth is bounded before anything is allocated, a full disk stops the run with a clear message and
 loses nothing before the last checkpoint, a run that cannot work is refused before its folder
 exists, and bad CLI input gets one line instead of a traceback."""
+
 import json
 import os
-import resource
-import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
@@ -17,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
-from trainer.config.keys import ConfigError, config_from_dict
-from trainer.serving.evaluate import evaluate
-from trainer.run.loop import train
+from trainer.config.checks import ConfigError
+from trainer.config.validation import config_from_dict
 from trainer.nets.policies import build_policy
 from trainer.nets.spec import make_policy_spec
+from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
+from trainer.run.loop import train
+from trainer.serving.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "SDL_VIDEODRIVER": "dummy"}
@@ -31,8 +30,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV
+    )
 
 
 def model_file(path: Path, config: dict, obs_shape=(4,), state=None, spec_obs_shape=None) -> Path:
@@ -41,8 +41,19 @@ def model_file(path: Path, config: dict, obs_shape=(4,), state=None, spec_obs_sh
     weights = build_policy(spec).state_dict() if state is None else state
     if spec_obs_shape is not None:
         spec["obs_shape"] = list(spec_obs_shape)
-    torch.save({"format": "rl-studio", "format_version": 1, "kind": "model", "policy_spec": spec,
-                "policy_state": weights, "config": config, "global_step": 0, "update": 0}, path)
+    torch.save(
+        {
+            "format": "rl-studio",
+            "format_version": 1,
+            "kind": "model",
+            "policy_spec": spec,
+            "policy_state": weights,
+            "config": config,
+            "global_step": 0,
+            "update": 0,
+        },
+        path,
+    )
     return path
 
 
@@ -114,8 +125,14 @@ except CheckpointError as error:
 def test_a_small_pth_describing_a_huge_network_is_refused_without_allocating(tmp_path):
     path = model_file(tmp_path / "huge.pth", {"env_name": "cartpole"}, spec_obs_shape=[40_000_000])
     assert path.stat().st_size < 100_000
-    completed = subprocess.run([sys.executable, "-c", BIG_SPEC_IN_A_SMALL_FILE, str(path)], cwd=ROOT,
-                               capture_output=True, text=True, timeout=120, env=ENV)
+    completed = subprocess.run(
+        [sys.executable, "-c", BIG_SPEC_IN_A_SMALL_FILE, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert completed.returncode == 0, completed.stderr
     assert "refused:" in completed.stdout and "parameters" in completed.stdout
 
@@ -151,7 +168,7 @@ def test_a_real_checkpoint_passes_the_bounds(tmp_path):
     saved = build_policy(spec)
     with torch.no_grad():
         for parameter in saved.parameters():
-            parameter.add_(0.5 * torch.randn_like(parameter))   # far from any fresh init
+            parameter.add_(0.5 * torch.randn_like(parameter))  # far from any fresh init
     path = model_file(tmp_path / "model.pth", {"env_name": "cartpole"}, state=saved.state_dict())
     model = load_model(path)
     loaded = model.policy.state_dict()
@@ -174,8 +191,9 @@ def test_a_real_checkpoint_passes_the_bounds(tmp_path):
 def tiny_disk(tmp_path):
     folder = tmp_path / "disk"
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a 2 MB tmpfs here (needs root): {mounted.stderr.strip()[:200]}")
     yield folder
@@ -184,9 +202,20 @@ def tiny_disk(tmp_path):
 
 def test_a_full_disk_stops_the_run_and_keeps_the_last_checkpoint_and_history(tiny_disk):
     run = tiny_disk / "run"
-    config = config_from_dict({"env_name": "cartpole", "num_envs": 4, "num_steps": 8, "mini_batch_size": 32,
-                               "update_epochs": 1, "total_timesteps": 32 * 5000, "gif_interval": 0, "seed": 1,
-                               "device": "cpu", "checkpoint": {"interval": 1, "keep": 1000}})
+    config = config_from_dict(
+        {
+            "env_name": "cartpole",
+            "num_envs": 4,
+            "num_steps": 8,
+            "mini_batch_size": 32,
+            "update_epochs": 1,
+            "total_timesteps": 32 * 5000,
+            "gif_interval": 0,
+            "seed": 1,
+            "device": "cpu",
+            "checkpoint": {"interval": 1, "keep": 1000},
+        }
+    )
     events = []
     with pytest.raises(OSError, match="no space left on " + str(tiny_disk)):
         train(config, run, sinks=[events.append])
@@ -208,11 +237,15 @@ def test_a_full_disk_stops_the_run_and_keeps_the_last_checkpoint_and_history(tin
 # -- 4. preflight: a run that cannot work is refused before its folder exists ---------------------
 
 
-@pytest.mark.parametrize("settings, words", [
-    ({"num_envs": 1_048_576, "num_steps": 100_000}, ["GiB", "num_envs"]),
-    ({"env_name": "snake", "env_kwargs": {"grid_size": -3}}, ["grid_size"]),
-    ({"env_name": "snake", "env_kwargs": {"grid_sise": 10}}, ["grid_sise", "grid_size"]),
-], ids=["memory", "bad-value", "unknown-key"])
+@pytest.mark.parametrize(
+    "settings, words",
+    [
+        ({"num_envs": 1_048_576, "num_steps": 100_000}, ["GiB", "num_envs"]),
+        ({"env_name": "snake", "env_kwargs": {"grid_size": -3}}, ["grid_size"]),
+        ({"env_name": "snake", "env_kwargs": {"grid_sise": 10}}, ["grid_sise", "grid_size"]),
+    ],
+    ids=["memory", "bad-value", "unknown-key"],
+)
 def test_train_refuses_before_any_folder_exists(tmp_path, settings, words):
     with pytest.raises(ConfigError) as info:
         train({"env_name": "cartpole", "device": "cpu", **settings}, tmp_path / "run")
@@ -248,8 +281,12 @@ def test_cli_runs_dir_that_is_a_file_or_read_only(tmp_path):
     one_line_error(cli("--set", "env_name=cartpole", "--runs-dir", str(a_file / "runs")), "is a file")
     read_only = tmp_path / "ro"
     read_only.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(read_only)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(read_only)], capture_output=True
+        ).returncode
+        != 0
+    ):
         if os.geteuid() == 0:
             pytest.skip("cannot mount a read-only tmpfs, and root may write anywhere else")
         read_only.chmod(0o500)

@@ -1,6 +1,7 @@
 """It learns: CartPole reaches a mean return of 475 with the shipped config; Flappy Bird and Snake
 clearly beat a random policy after a short run; Pendulum-v1 learns with the defaults for
 continuous actions (no tuned config). (Returns are asserted, never times.)"""
+
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,9 @@ def random_policy_score(env_name: str, steps: int = 1000, num_envs: int = 64) ->
 
 
 def test_cartpole_shipped_config_reaches_475(tmp_path, test_device):
-    config = load_config(ROOT / "configs" / "cartpole.yaml",
-                         ["gif_interval=0", "checkpoint.interval=0", f"device={test_device}"])
+    config = load_config(
+        ROOT / "configs" / "cartpole.yaml", ["gif_interval=0", "checkpoint.interval=0", f"device={test_device}"]
+    )
     recorder = BestRecent("recent_return_mean", target=475)
     result = train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
     assert recorder.best >= 475, f"mean return of the last 100 episodes only reached {recorder.best:.1f}"
@@ -53,21 +55,37 @@ def test_cartpole_shipped_config_reaches_475(tmp_path, test_device):
 
 # Flappy Bird: 300k steps reached 4.6 / 6.5 pipes (seeds 1, 2; random play: about 0) -> at least 3 pipes.
 # Snake: 200k steps reached 5.2 / 2.4 food (seeds 1, 2; random play: about 0.2) -> random + 1.5.
-@pytest.mark.parametrize("game, steps, margin, floor", [("flappy_bird", 300_000, 1.0, 3.0),
-                                                       ("snake", 200_000, 1.5, 0.0)])
+@pytest.mark.parametrize(
+    "game, steps, margin, floor", [("flappy_bird", 300_000, 1.0, 3.0), ("snake", 200_000, 1.5, 0.0)]
+)
 def test_game_beats_random_after_a_short_run(tmp_path, game, steps, margin, floor):
     random_score = random_policy_score(game)
-    config = load_config(ROOT / "configs" / f"{game}.yaml",
-                         [f"total_timesteps={steps}", "gif_interval=0", "checkpoint.interval=0", "device=cpu"])
+    config = load_config(
+        ROOT / "configs" / f"{game}.yaml",
+        [f"total_timesteps={steps}", "gif_interval=0", "checkpoint.interval=0", "device=cpu"],
+    )
     recorder = BestRecent("recent_score_mean")
     train(config, tmp_path / "run", sinks=[recorder])
     assert recorder.best >= max(random_score + margin, floor), (
-        f"{game}: trained mean score {recorder.best:.2f} vs random {random_score:.2f}")
+        f"{game}: trained mean score {recorder.best:.2f} vs random {random_score:.2f}"
+    )
 
 
 def test_a2c_learns_cartpole(tmp_path):
-    config = load_config(None, ["algo=a2c", "num_envs=64", "num_steps=8", "learning_rate=3e-3", "gae_lambda=0.95",
-                                "total_timesteps=200_000", "gif_interval=0", "checkpoint.interval=0", "device=cpu"])
+    config = load_config(
+        None,
+        [
+            "algo=a2c",
+            "num_envs=64",
+            "num_steps=8",
+            "learning_rate=3e-3",
+            "gae_lambda=0.95",
+            "total_timesteps=200_000",
+            "gif_interval=0",
+            "checkpoint.interval=0",
+            "device=cpu",
+        ],
+    )
     recorder = BestRecent("recent_return_mean")
     train(config, tmp_path / "run", sinks=[recorder])
     # A2C is noisy on CartPole: over seeds 0-3 this reached 128-499 (random play: about 22).
@@ -99,8 +117,10 @@ def test_guide_flappy_config_runs_in_full(tmp_path):
 # default suite, which checks that the defaults are chosen, tests/test_config.py).
 @pytest.mark.slow
 def test_pendulum_reaches_minus_400_within_1m_steps_with_the_defaults(tmp_path):
-    config = load_config(None, ["env_name=Pendulum-v1", "total_timesteps=1_000_000", "gif_interval=0",
-                                "checkpoint.interval=0", "device=cpu"])
+    config = load_config(
+        None,
+        ["env_name=Pendulum-v1", "total_timesteps=1_000_000", "gif_interval=0", "checkpoint.interval=0", "device=cpu"],
+    )
     recorder = BestRecent("recent_return_mean", target=-400)
     train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
     assert recorder.best >= -400, f"Pendulum-v1: the mean of the last 100 episodes only reached {recorder.best:.0f}"

@@ -1,5 +1,6 @@
 """The algorithm's pieces against plain reference implementations: GAE, Adam, sampling,
 log-probabilities, the networks' heads, normalisation."""
+
 import math
 
 import gymnasium
@@ -7,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from trainer.algos.ppo import Adam, compute_gae
 from trainer.nets.fast_forward import FoldedMLP
+from trainer.nets.normalization import RunningMeanStd
 from trainer.nets.policies import build_policy
 from trainer.nets.spec import make_policy_spec
-from trainer.nets.normalization import RunningMeanStd
-from trainer.algos.ppo import Adam, compute_gae
 
 
 def reference_gae(rewards, values, dones, last_value, gamma, lam):
@@ -126,8 +127,9 @@ def test_the_folded_mlp_follows_the_activation_table():
     # ReLU folds with scale 1 and shift 0, tanh with 2 and -1: both must give the module's output.
     torch.manual_seed(0)
     for activation in (torch.nn.ReLU(), torch.nn.Tanh()):
-        mlp = torch.nn.Sequential(torch.nn.Linear(7, 16), activation, torch.nn.Linear(16, 8), activation,
-                                  torch.nn.Linear(8, 3))
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(7, 16), activation, torch.nn.Linear(16, 8), activation, torch.nn.Linear(8, 3)
+        )
         obs = 3 * torch.randn(200, 7)
         with torch.no_grad():
             torch.testing.assert_close(FoldedMLP(mlp)(obs), mlp(obs), rtol=1e-4, atol=1e-5)
@@ -160,8 +162,11 @@ def test_the_rollout_sampler_follows_the_policy_probabilities():
 
 
 def test_gaussian_head_log_prob_entropy_and_clipping():
-    spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (3,)),
-                            gymnasium.spaces.Box(low=np.array([-2.0, 0.0], dtype=np.float32), high=np.array([2.0, 1.0], dtype=np.float32)))
+    spec = make_policy_spec(
+        "ppo-small",
+        gymnasium.spaces.Box(-1, 1, (3,)),
+        gymnasium.spaces.Box(low=np.array([-2.0, 0.0], dtype=np.float32), high=np.array([2.0, 1.0], dtype=np.float32)),
+    )
     policy = build_policy(spec)
     with torch.no_grad():
         policy.log_std.copy_(torch.tensor([0.3, -0.5]))
@@ -188,10 +193,12 @@ def test_cnn_policy_for_grid_and_image_observations():
         return build_policy(make_policy_spec("ppo-cnn", gymnasium.spaces.Box(0, high, shape, dtype), discrete))
 
     policies = {}
-    for chw, shape, to_chw in [((3, 84, 84), (84, 84, 3), lambda x: x.permute(0, 3, 1, 2)),
-                               ((1, 12, 12), (12, 12), lambda x: x.unsqueeze(1)),
-                               ((2, 84, 84), (2, 84, 84), lambda x: x),
-                               ((3, 12, 12), (3, 12, 12), lambda x: x)]:
+    for chw, shape, to_chw in [
+        ((3, 84, 84), (84, 84, 3), lambda x: x.permute(0, 3, 1, 2)),
+        ((1, 12, 12), (12, 12), lambda x: x.unsqueeze(1)),
+        ((2, 84, 84), (2, 84, 84), lambda x: x),
+        ((3, 12, 12), (3, 12, 12), lambda x: x),
+    ]:
         reference = trained_looking(cnn(chw), scale=0.05)
         policy = policies[shape] = reference if shape == chw else cnn(shape)
         policy.load_state_dict(reference.state_dict())
@@ -253,16 +260,34 @@ def minibatch_of(policy, size, device="cpu", obs_size=6):
         generator = torch.Generator(device=device).manual_seed(1)
         actions = sampler(obs, sampler.noise(1, size, generator, device)[0])
         old_log_probs = policy.score(obs, actions)[0] + 0.3 * randn(size)
-    return UpdateBatch(obs=obs, actions=actions, log_probs=old_log_probs, advantages=randn(size),
-                       returns=randn(size), values=randn(size))
+    return UpdateBatch(
+        obs=obs,
+        actions=actions,
+        log_probs=old_log_probs,
+        advantages=randn(size),
+        returns=randn(size),
+        values=randn(size),
+    )
 
 
 def settings_for(**changes):
     from trainer.algos.ppo import UpdateSettings
 
-    values = dict(update_epochs=1, mini_batch_size=96, clip_coef=0.2, clip_vloss=False, norm_adv=True,
-                  ent_coef=0.05, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, unclipped=False,
-                  use_per=False, per_alpha=0.6, per_beta=0.4)
+    values = dict(
+        update_epochs=1,
+        mini_batch_size=96,
+        clip_coef=0.2,
+        clip_vloss=False,
+        norm_adv=True,
+        ent_coef=0.05,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        target_kl=None,
+        unclipped=False,
+        use_per=False,
+        per_alpha=0.6,
+        per_beta=0.4,
+    )
     return UpdateSettings(**{**values, **changes})
 
 
@@ -276,15 +301,19 @@ def relu_policy(spec):
     return policy
 
 
-@pytest.mark.parametrize("model_type, action_space, unclipped, weighted, activation", [
-    ("ppo-small", gymnasium.spaces.Discrete(3), False, False, "tanh"),
-    ("ppo-large", gymnasium.spaces.Discrete(4), False, True, "tanh"),
-    ("ppo-small", gymnasium.spaces.Discrete(2), True, False, "tanh"),
-    ("ppo-medium", gymnasium.spaces.Box(-1, 1, (2,)), False, True, "tanh"),
-    ("ppo-small", gymnasium.spaces.Box(-1, 1, (2,)), False, False, "relu"),
-])
-def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(model_type, action_space, unclipped,
-                                                                        weighted, activation, test_device):
+@pytest.mark.parametrize(
+    "model_type, action_space, unclipped, weighted, activation",
+    [
+        ("ppo-small", gymnasium.spaces.Discrete(3), False, False, "tanh"),
+        ("ppo-large", gymnasium.spaces.Discrete(4), False, True, "tanh"),
+        ("ppo-small", gymnasium.spaces.Discrete(2), True, False, "tanh"),
+        ("ppo-medium", gymnasium.spaces.Box(-1, 1, (2,)), False, True, "tanh"),
+        ("ppo-small", gymnasium.spaces.Box(-1, 1, (2,)), False, False, "relu"),
+    ],
+)
+def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(
+    model_type, action_space, unclipped, weighted, activation, test_device
+):
     from trainer.algos import ppo_fast as mlp_grad
     from trainer.algos.ppo import ppo_loss
 
@@ -349,7 +378,7 @@ def test_the_written_out_gradient_only_for_networks_it_derives_from():
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (5,)), gymnasium.spaces.Discrete(3))
     assert chosen(build_policy(spec)) == "_written_out_gradient"
-    assert chosen(build_policy(spec), clip_vloss=True) == "_autograd_gradient"   # it has no clipped value loss
+    assert chosen(build_policy(spec), clip_vloss=True) == "_autograd_gradient"  # it has no clipped value loss
     # An activation without an entry in the table: autograd, and the rollout uses the module.
     policy = build_policy(spec)
     policy.actor[1] = torch.nn.Sigmoid()
@@ -362,7 +391,9 @@ def test_the_written_out_gradient_only_for_networks_it_derives_from():
     policy = build_policy(spec)
     policy.temperature = torch.nn.Parameter(torch.ones(()))
     assert mlp_grad.structure_of(policy) is None
-    cnn = build_policy(make_policy_spec("ppo-cnn", gymnasium.spaces.Box(0, 1, (3, 12, 12)), gymnasium.spaces.Discrete(4)))
+    cnn = build_policy(
+        make_policy_spec("ppo-cnn", gymnasium.spaces.Box(0, 1, (3, 12, 12)), gymnasium.spaces.Discrete(4))
+    )
     assert mlp_grad.structure_of(cnn) is None
 
 
@@ -395,7 +426,9 @@ def test_module_zero_grad_is_refused_not_silently_ignored(action_space):
     # (torch.mm(out=None)) and Adam would step on stale gradients.
     from trainer.algos.ppo import Adam, OptimizerError
 
-    policy = trained_looking(build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), action_space)))
+    policy = trained_looking(
+        build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), action_space))
+    )
     optimizer = Adam(policy)
     update_once(policy, optimizer)
     policy.zero_grad()
@@ -407,8 +440,9 @@ def test_moving_the_model_after_building_the_optimiser_is_refused(test_device):
     # .to() re-points every parameter at new storage: Adam would step a vector the model no longer reads.
     from trainer.algos.ppo import Adam, OptimizerError
 
-    policy = trained_looking(build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)),
-                                                           gymnasium.spaces.Discrete(3))))
+    policy = trained_looking(
+        build_policy(make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (6,)), gymnasium.spaces.Discrete(3)))
+    )
     optimizer = Adam(policy)
     policy.to(torch.float64)
     with pytest.raises(OptimizerError, match=r"'actor\.0\.weight' was moved or replaced.*build Adam\(model\)"):
@@ -424,12 +458,25 @@ def test_moving_the_model_after_building_the_optimiser_is_refused(test_device):
 def test_update_settings_come_from_the_config_by_name():
     from dataclasses import fields
 
-    from trainer.config.defaults import load_config
     from trainer.algos.ppo import UpdateSettings
+    from trainer.config.defaults import load_config
 
-    overrides = ["update_epochs=3", "num_envs=8", "num_steps=32", "mini_batch_size=64", "clip_coef=0.3",
-                 "clip_vloss=true", "norm_adv=false", "ent_coef=0.02", "vf_coef=0.7", "max_grad_norm=0.9",
-                 "target_kl=0.05", "use_per=true", "per_alpha=0.5", "per_beta=0.3"]
+    overrides = [
+        "update_epochs=3",
+        "num_envs=8",
+        "num_steps=32",
+        "mini_batch_size=64",
+        "clip_coef=0.3",
+        "clip_vloss=true",
+        "norm_adv=false",
+        "ent_coef=0.02",
+        "vf_coef=0.7",
+        "max_grad_norm=0.9",
+        "target_kl=0.05",
+        "use_per=true",
+        "per_alpha=0.5",
+        "per_beta=0.3",
+    ]
     config = load_config(None, overrides)
     settings = UpdateSettings.from_config(config)
     for field in fields(UpdateSettings):

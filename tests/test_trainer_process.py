@@ -1,5 +1,6 @@
 """The studio's entry point, trainer.cluster.process.run_training: events on a queue, errors as events,
 always an `end`, and a stop event that ends the run cleanly."""
+
 import multiprocessing
 import queue as queue_module
 import sys
@@ -10,8 +11,17 @@ import pytest
 
 from trainer.cluster.process import run_training
 
-TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 32, "update_epochs": 1,
-        "total_timesteps": 8 * 16 * 3, "gif_interval": 0, "torch_threads": 1, "device": "cpu"}
+TINY = {
+    "env_name": "cartpole",
+    "num_envs": 8,
+    "num_steps": 16,
+    "mini_batch_size": 32,
+    "update_epochs": 1,
+    "total_timesteps": 8 * 16 * 3,
+    "gif_interval": 0,
+    "torch_threads": 1,
+    "device": "cpu",
+}
 
 
 def drain(q) -> list[dict]:
@@ -87,9 +97,16 @@ def test_spawned_process_stops_on_the_stop_event(tmp_path):
 def test_process_module_does_not_import_ui_code():
     import subprocess
 
-    code = ("import sys, trainer.cluster.process, trainer.run.loop, trainer.run.checkpoint; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('gradio', 'studio', 'tensorboard')]; "
-            "print(bad); sys.exit(1 if bad else 0)")
-    completed = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
-                               capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys, trainer.cluster.process, trainer.run.loop, trainer.run.checkpoint; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('gradio', 'studio', 'tensorboard')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -1,6 +1,7 @@
 """The Watch tab's player without a browser: it plays the run's newest model, switches to a newer
 checkpoint as it lands, says clearly when a run has nothing to watch, and its stream ends when
 the viewer goes away."""
+
 import os
 import threading
 import time
@@ -8,15 +9,23 @@ import time
 import pytest
 
 from studio.watch import LivePlayer, WatchError, frame_html, stream_frames
+from trainer.config.validation import config_from_dict
 from trainer.run.checkpoint import atomic_save, read_checkpoint
-from trainer.config.keys import config_from_dict
-from trainer.run.loop import train
 from trainer.run.layout import create_run_dir, write_config
+from trainer.run.loop import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = {"env_name": "cartpole", "num_envs": 8, "num_steps": 16, "mini_batch_size": 64, "total_timesteps": 8 * 16 * 2,
-        "gif_interval": 0, "device": "cpu", "seed": 2}
+TINY = {
+    "env_name": "cartpole",
+    "num_envs": 8,
+    "num_steps": 16,
+    "mini_batch_size": 64,
+    "total_timesteps": 8 * 16 * 2,
+    "gif_interval": 0,
+    "device": "cpu",
+    "seed": 2,
+}
 
 
 def test_the_player_shows_frames_and_the_score_of_the_newest_model(tmp_path):
@@ -66,5 +75,4 @@ def test_the_stream_is_paced_and_ends_when_closed(tmp_path):
     assert count == 10
     assert time.monotonic() - started >= 9 / 50 * 0.9  # not faster than the game's 50 fps
     stream.close()  # what Gradio does when the tab closes: the player thread ends
-    assert not any(thread.name == "watch-player" and thread.is_alive()
-                   for thread in threading.enumerate())
+    assert not any(thread.name == "watch-player" and thread.is_alive() for thread in threading.enumerate())

@@ -16,12 +16,22 @@ headless or in the studio.
 trainer/algos/registry.py), so that every entry point validates configs with them; everything
 else is imported when a name is used.
 """
+
 from __future__ import annotations
 
 from trainer.algos import registry as _registry  # noqa: F401 (registers ppo and a2c)
 
-__all__ = ["PPO", "A2C", "api_class", "load_model", "load_config", "train", "TrainConfig", "ConfigError",
-           "CheckpointError"]
+__all__ = [
+    "PPO",
+    "A2C",
+    "api_class",
+    "load_model",
+    "load_config",
+    "train",
+    "TrainConfig",
+    "ConfigError",
+    "CheckpointError",
+]
 
 _LOCATIONS = {
     "PPO": "trainer.api",
@@ -31,7 +41,7 @@ _LOCATIONS = {
     "CheckpointError": "trainer.run.checkpoint",
     "load_config": "trainer.config.defaults",
     "TrainConfig": "trainer.config.keys",
-    "ConfigError": "trainer.config.keys",
+    "ConfigError": "trainer.config.checks",
     "train": "trainer.run.loop",
 }
 

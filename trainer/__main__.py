@@ -13,6 +13,7 @@ Ctrl-C stops after the current update and saves a checkpoint and the final model
 again to abort at once). On a terminal a progress bar shows steps, FPS, mean return and ETA
 beside the log lines; piped to a file, only the log lines are printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,40 +37,74 @@ def build_train_parser() -> argparse.ArgumentParser:
         prog="python -m trainer",
         description="Train a PPO / A2C agent from a YAML config.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=SUBCOMMANDS)
-    parser.add_argument("--config", "-c", help="YAML config file, e.g. configs/cartpole.yaml (a shipped config "
-                                              "also by its bare name from any folder: cartpole.yaml)")
-    parser.add_argument("--set", "-s", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value (repeatable), e.g. --set learning_rate=1e-3 "
-                             "--set checkpoint.interval=20")
+        epilog=SUBCOMMANDS,
+    )
+    parser.add_argument(
+        "--config",
+        "-c",
+        help="YAML config file, e.g. configs/cartpole.yaml (a shipped config "
+        "also by its bare name from any folder: cartpole.yaml)",
+    )
+    parser.add_argument(
+        "--set",
+        "-s",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value (repeatable), e.g. --set learning_rate=1e-3 --set checkpoint.interval=20",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--runs-dir", default="runs", help="folder for new run directories (default: runs)")
     where.add_argument("--run-dir", help="use exactly this run directory")
-    parser.add_argument("--resume", metavar="RUN_DIR",
-                        help="continue the run in RUN_DIR from its newest checkpoint (its config.yaml is used "
-                             "unless --config is given; --set still applies)")
-    parser.add_argument("--allow-custom-envs", action="store_true",
-                        help="let --resume import a `module:Class` env or wrappers named in the run's config.yaml "
-                             "(a run folder is data: without this flag such code is refused)")
-    parser.add_argument("--nproc", type=int, default=None, help="training processes on this machine, started "
-                        "through torch's elastic launcher (default: nproc_per_node)")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its newest checkpoint (its config.yaml is used "
+        "unless --config is given; --set still applies)",
+    )
+    parser.add_argument(
+        "--allow-custom-envs",
+        action="store_true",
+        help="let --resume import a `module:Class` env or wrappers named in the run's config.yaml "
+        "(a run folder is data: without this flag such code is refused)",
+    )
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="training processes on this machine, started through torch's elastic launcher (default: nproc_per_node)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
-    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                        help="serve Prometheus metrics at http://HOST:PORT/metrics while training (rank 0; "
-                             "off by default)")
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="address for --metrics-port (default 127.0.0.1: this machine only; any other "
-                             "address, e.g. 0.0.0.0, needs --metrics-key)")
-    parser.add_argument("--metrics-key", default=os.environ.get(METRICS_KEY_ENV), metavar="KEY",
-                        help=f"scrapes must send 'Authorization: Bearer KEY' (default: ${METRICS_KEY_ENV}, "
-                             f"which keeps the key out of the process list)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics while training (rank 0; off by default)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address for --metrics-port (default 127.0.0.1: this machine only; any other "
+        "address, e.g. 0.0.0.0, needs --metrics-key)",
+    )
+    parser.add_argument(
+        "--metrics-key",
+        default=os.environ.get(METRICS_KEY_ENV),
+        metavar="KEY",
+        help=f"scrapes must send 'Authorization: Bearer KEY' (default: ${METRICS_KEY_ENV}, "
+        f"which keeps the key out of the process list)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors (train.log has it all)")
     return parser
 
 
 def build_evaluate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trainer evaluate",
-                                     description="Play a trained model and print the mean and std of return and score.")
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer evaluate",
+        description="Play a trained model and print the mean and std of return and score.",
+    )
     parser.add_argument("model", help="a .pth written by the trainer (final model or checkpoint)")
     parser.add_argument("--episodes", "-n", type=int, default=10, help="episodes to play (default 10)")
     parser.add_argument("--gif", help="also write the first episode as an animated GIF here")
@@ -77,13 +112,20 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the most likely")
-    parser.add_argument("--max-episode-steps", type=int, default=100_000,
-                        help="cut an episode after this many steps (default 100000)")
-    parser.add_argument("--env", help="the environment to play (default: the one the model was trained on, "
-                                      "if it is a built-in or a registered Gymnasium id)")
-    parser.add_argument("--allow-custom-envs", action="store_true",
-                        help="let a `module:Class` env or wrappers saved in the model's config be imported "
-                             "(a .pth is data: without this flag such code is refused)")
+    parser.add_argument(
+        "--max-episode-steps", type=int, default=100_000, help="cut an episode after this many steps (default 100000)"
+    )
+    parser.add_argument(
+        "--env",
+        help="the environment to play (default: the one the model was trained on, "
+        "if it is a built-in or a registered Gymnasium id)",
+    )
+    parser.add_argument(
+        "--allow-custom-envs",
+        action="store_true",
+        help="let a `module:Class` env or wrappers saved in the model's config be imported "
+        "(a .pth is data: without this flag such code is refused)",
+    )
     return parser
 
 
@@ -97,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(f"trainer.serving.{argv[0]}").command(argv[1:])
     if argv and argv[0] in ("master", "worker", "_rank"):  # the elastic cluster: trainer/cluster/launch.py
         from trainer.cluster import launch
+
         return getattr(launch, f"{argv[0].lstrip('_')}_command")(argv[1:])
     if argv and argv[0] == "train":
         argv = argv[1:]
@@ -105,19 +148,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def evaluate_command(argv: list[str]) -> int:
     args = build_evaluate_parser().parse_args(argv)
-    from envs.base import EnvError
+    from envs.errors import EnvError
+    from trainer.config.checks import ConfigError
     from trainer.run.checkpoint import CheckpointError, load_model
-    from trainer.config.keys import ConfigError
     from trainer.serving.evaluate import choose_env, evaluate
 
     try:
         model = load_model(args.model, device=args.device)
         # Refused here with the CLI's flag in the message; evaluate() checks the same again.
         choose_env(model, args.env, None, args.allow_custom_envs, args.model, "--allow-custom-envs")
-        result = evaluate(model, episodes=args.episodes, num_envs=args.num_envs, device=args.device,
-                          seed=args.seed, deterministic=not args.stochastic, gif_path=args.gif,
-                          max_episode_steps=args.max_episode_steps, env_name=args.env,
-                          allow_custom_code=args.allow_custom_envs)
+        result = evaluate(
+            model,
+            episodes=args.episodes,
+            num_envs=args.num_envs,
+            device=args.device,
+            seed=args.seed,
+            deterministic=not args.stochastic,
+            gif_path=args.gif,
+            max_episode_steps=args.max_episode_steps,
+            env_name=args.env,
+            allow_custom_code=args.allow_custom_envs,
+        )
     except (CheckpointError, ConfigError, EnvError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -129,8 +180,9 @@ def evaluate_command(argv: list[str]) -> int:
 def train_command(argv: list[str]) -> int:
     parser = build_train_parser()
     args = parser.parse_args(argv)
-    from trainer.config.keys import ConfigError, require_code_permission
+    from trainer.config.checks import ConfigError
     from trainer.config.defaults import load_config
+    from trainer.config.permissions import require_code_permission
     from trainer.config.preflight import check_run_fits, check_writable_folder
     from trainer.run import layout
 
@@ -152,13 +204,17 @@ def train_command(argv: list[str]) -> int:
         if config_path is None:
             config_path = layout.config_path(run_dir)
             if not config_path.is_file():
-                print(f"error: {config_path} is missing, so the run's config is unknown; pass --config too",
-                      file=sys.stderr)
+                print(
+                    f"error: {config_path} is missing, so the run's config is unknown; pass --config too",
+                    file=sys.stderr,
+                )
                 return EXIT_USAGE
     elif config_path is None and not args.overrides:
         parser.print_usage(sys.stderr)
-        print("error: give --config FILE.yaml (e.g. configs/cartpole.yaml), --set KEY=VALUE, or --resume RUN_DIR",
-              file=sys.stderr)
+        print(
+            "error: give --config FILE.yaml (e.g. configs/cartpole.yaml), --set KEY=VALUE, or --resume RUN_DIR",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     from trainer.config.defaults import shipped_config_file
     from trainer.run.resume import ResumeError, refuse_finished_run
@@ -184,10 +240,10 @@ def train_command(argv: list[str]) -> int:
 
     if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():
         return launch_here(config, args, ranks_wanted(config, args.nproc))
-    from trainer.run.ranks import continues_its_run, setup_distributed, shutdown_distributed
-    from trainer.run.loop import train
     from trainer.run.layout import create_run_dir
+    from trainer.run.loop import train
     from trainer.run.owner import RunOwnedError
+    from trainer.run.ranks import continues_its_run, setup_distributed, shutdown_distributed
     from trainer.run.setup import device_type
 
     context = setup_distributed(config.backend, device_type(config))
@@ -214,8 +270,9 @@ def train_command(argv: list[str]) -> int:
         from trainer.serving.metrics_server import serve_trainer_metrics
 
         try:
-            metrics_sink, metrics_server = serve_trainer_metrics(args.metrics_port, args.metrics_host, run_dir.parent,
-                                                                 args.metrics_key)
+            metrics_sink, metrics_server = serve_trainer_metrics(
+                args.metrics_port, args.metrics_host, run_dir.parent, args.metrics_key
+            )
         except (OSError, OverflowError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_USAGE
@@ -226,8 +283,9 @@ def train_command(argv: list[str]) -> int:
     stop.install_signals()
     try:
         # torchrun / a restarted PyTorchJob pod reruns the same command: continue the run (distributed.py).
-        resume = bool(args.resume) or (bool(args.run_dir) and "TORCHELASTIC_RUN_ID" in os.environ
-                                       and continues_its_run(context, run_dir, config))
+        resume = bool(args.resume) or (
+            bool(args.run_dir) and "TORCHELASTIC_RUN_ID" in os.environ and continues_its_run(context, run_dir, config)
+        )
         result = train(config, run_dir, sinks=sinks, should_stop=stop, resume=resume, preflight=False)
     except (ConfigError, ResumeError, RunOwnedError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -238,8 +296,10 @@ def train_command(argv: list[str]) -> int:
     except Exception as error:  # noqa: BLE001 - reported as an event and in train.log already
         from trainer.run.storage import failure_message
 
-        print(f"error: training failed: {failure_message(error, run_dir)} (details in {layout.log_path(run_dir)})",
-              file=sys.stderr)
+        print(
+            f"error: training failed: {failure_message(error, run_dir)} (details in {layout.log_path(run_dir)})",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     finally:
         if context is not None:
@@ -248,8 +308,10 @@ def train_command(argv: list[str]) -> int:
             metrics_server.close()
     if is_main and not args.quiet and result.final_model is not None:
         print(f"Run directory: {result.run_dir}")
-        print(f"Use the model:  from trainer import load_model; "
-              f"model = load_model({str(result.final_model)!r}); action, _ = model.predict(obs)")
+        print(
+            f"Use the model:  from trainer import load_model; "
+            f"model = load_model({str(result.final_model)!r}); action, _ = model.predict(obs)"
+        )
     return EXIT_OK
 
 

@@ -7,9 +7,10 @@
     model = PPO.load("flappy.pth")
     action, _ = model.predict(obs, deterministic=True)
 
-Keyword arguments are the YAML keys (`trainer/config/keys.py`, validated there); a built-in game
-starts from its tuned `configs/<game>.yaml`, as in the studio, any other env from the defaults
-for its kind of actions (`trainer.config.defaults.untuned_defaults`). `env` is a name (built-in,
+Keyword arguments are the YAML keys (declared in `trainer/config/keys.py`, validated by
+`trainer/config/validation.py`); a built-in game starts from its tuned `configs/<game>.yaml`, as in
+the studio, any other env from the defaults for its kind of actions
+(`trainer.config.defaults.untuned_defaults`). `env` is a name (built-in,
 Gymnasium id, `package.module:Class`), a callable returning a `gymnasium.Env` (vectorised as
 `vector_env` / `num_workers` say: in this process by default, the shared-memory worker pool
 with `num_workers` > 1, for which the callable is sent to the workers with cloudpickle), or a
@@ -25,22 +26,27 @@ decays over the new horizon (steps so far + total_timesteps) from where it is.
 Every registered algorithm (trainer/algos/registry.py) has a class: `PPO` and `A2C` here, any
 other from `api_class("name")`; `Model.load(path)` gives the class of the algorithm the file names.
 """
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from trainer.run.checkpoint import TrainedModel, atomic_save, read_checkpoint
 from trainer.algos.registry import registration
-from trainer.config.keys import (ConfigError, TrainConfig, config_from_dict, key_names, merge_settings,
-                            require_code_permission)
+from trainer.config.checks import ConfigError
 from trainer.config.defaults import shipped_config, untuned_defaults
+from trainer.config.keys import TrainConfig, key_names
+from trainer.config.loading import merge_settings
+from trainer.config.permissions import require_code_permission
+from trainer.config.validation import config_from_dict
+from trainer.run.checkpoint import TrainedModel, atomic_save, read_checkpoint
 from trainer.run.events import EventBus, LogSink, ProgressBarSink
 from trainer.run.loop import TrainingSession, report_failure
+from trainer.run.owner import RunOwner, take_ownership
 from trainer.run.resume import checkpoint_payload, restore
 from trainer.run.setup import open_run_dir
-from trainer.run.owner import RunOwner, take_ownership
 
 # callback(metrics event, model) -> False stops training; None / True go on
 Callback = Callable[[dict, "Model"], "bool | None"]
@@ -52,8 +58,7 @@ class Model:
 
     algo: str | None = None
 
-    def __init__(self, env: Any = "cartpole", *, run_dir: str | Path | None = None,
-                 verbose: int = 0, **settings: Any):
+    def __init__(self, env: Any = "cartpole", *, run_dir: str | Path | None = None, verbose: int = 0, **settings: Any):
         """env: see the module docstring. run_dir: None (nothing written) or a run folder.
         verbose: 1 prints the `[STEP n] ...` log lines. settings: YAML keys (`num_envs=128`)."""
         if type(self).algo is None:
@@ -88,14 +93,16 @@ class Model:
     def _settings(cls, settings: dict) -> dict:
         algo = settings.pop("algo", cls.algo)
         if algo != cls.algo:
-            raise ConfigError(f"{cls.__name__}(...) trains algo {cls.algo!r}, got algo={algo!r}; use "
-                              f"{_class_name(algo)}(...) instead")
+            raise ConfigError(
+                f"{cls.__name__}(...) trains algo {cls.algo!r}, got algo={algo!r}; use {_class_name(algo)}(...) instead"
+            )
         return {**settings, "algo": cls.algo}
 
     # -- training -----------------------------------------------------------------------------------
 
-    def learn(self, total_timesteps: int, callback: Callback | list[Callback] | None = None,
-              progress_bar: bool = False) -> "Model":
+    def learn(
+        self, total_timesteps: int, callback: Callback | list[Callback] | None = None, progress_bar: bool = False
+    ) -> Model:
         """Train `total_timesteps` more environment steps (rounded up to whole updates).
         callback(metrics, model) runs after every update; returning False stops training."""
         if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int) or total_timesteps < 1:
@@ -128,14 +135,21 @@ class Model:
 
     # -- acting -------------------------------------------------------------------------------------
 
-    def predict(self, obs: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = False) -> tuple[Any, None]:
+    def predict(
+        self, obs: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False
+    ) -> tuple[Any, None]:
         """Actions for one observation or a batch, as numpy (SB3's signature and default:
         sampled unless deterministic=True)."""
         session = self._live_session()
-        acting = TrainedModel(session.policy, {"config": session.config.to_dict(),
-                                               "policy_spec": session.policy_spec,
-                                               "global_step": session.global_step}, session.device)
+        acting = TrainedModel(
+            session.policy,
+            {
+                "config": session.config.to_dict(),
+                "policy_spec": session.policy_spec,
+                "global_step": session.global_step,
+            },
+            session.device,
+        )
         return acting.predict(obs, deterministic=deterministic)
 
     # -- saving and loading ---------------------------------------------------------------------------
@@ -146,8 +160,15 @@ class Model:
         return atomic_save(checkpoint_payload(self._live_session()), Path(path))
 
     @classmethod
-    def load(cls, path: str | Path, env: Any = None, *, run_dir: str | Path | None = None,
-             allow_custom_code: bool = False, **settings: Any) -> "Model":
+    def load(
+        cls,
+        path: str | Path,
+        env: Any = None,
+        *,
+        run_dir: str | Path | None = None,
+        allow_custom_code: bool = False,
+        **settings: Any,
+    ) -> Model:
         """A model saved by `save()` (or any trainer checkpoint / final model), ready to predict
         or learn on. env: the env to learn on (default: the saved env_name; pass the same factory
         or VecEnv for a model trained on one). settings override the saved config.
@@ -156,10 +177,13 @@ class Model:
         `Model.load` builds the class of the file's algorithm (registered in this process)."""
         payload = read_checkpoint(path)
         saved = dict(payload.get("config") or {})
-        from_file = {"env_name": saved.get("env_name") if env is None else None,
-                     "wrappers": saved.get("wrappers") if "wrappers" not in settings else None}
-        require_code_permission(from_file, allow_custom_code, str(path),
-                                f"{cls.__name__}.load(..., allow_custom_code=True)")
+        from_file = {
+            "env_name": saved.get("env_name") if env is None else None,
+            "wrappers": saved.get("wrappers") if "wrappers" not in settings else None,
+        }
+        require_code_permission(
+            from_file, allow_custom_code, str(path), f"{cls.__name__}.load(..., allow_custom_code=True)"
+        )
         saved_algo = str(saved.pop("algo", None) or payload.get("algo") or "ppo")
         if cls.algo is None:
             try:
@@ -167,8 +191,10 @@ class Model:
             except ValueError as error:
                 raise ConfigError(f"{path} was trained with algo {saved_algo!r}: {error}") from None
         if saved_algo != cls.algo:
-            raise ConfigError(f"{path} was trained with algo {saved_algo!r}; load it with "
-                              f"{_class_name(saved_algo)}.load (or Model.load)")
+            raise ConfigError(
+                f"{path} was trained with algo {saved_algo!r}; load it with "
+                f"{_class_name(saved_algo)}.load (or Model.load)"
+            )
         base = merge_settings(saved, settings)
         if env is None:
             env = base.pop("env_name", "cartpole")
@@ -216,7 +242,7 @@ class Model:
             self._owner.release(self.run_dir)
             self._owner = None
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -224,13 +250,16 @@ class Model:
 
     def _live_session(self) -> TrainingSession:
         if self._session is None:
-            raise RuntimeError(f"this {type(self).__name__} was closed; make a new one or "
-                               f"{type(self).__name__}.load a saved one")
+            raise RuntimeError(
+                f"this {type(self).__name__} was closed; make a new one or {type(self).__name__}.load a saved one"
+            )
         return self._session
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(env={self.config.env_name!r}, model_type={self.config.model_type!r}, "
-                f"num_envs={self.config.num_envs}, steps={self._session.global_step if self._session else '-'})")
+        return (
+            f"{type(self).__name__}(env={self.config.env_name!r}, model_type={self.config.model_type!r}, "
+            f"num_envs={self.config.num_envs}, steps={self._session.global_step if self._session else '-'})"
+        )
 
 
 class PPO(Model):
@@ -245,7 +274,7 @@ class A2C(Model):
     algo = "a2c"
 
 
-_CLASSES: dict[object, type[Model]] = {}   # by registration: a name registered again gets a class of its own
+_CLASSES: dict[object, type[Model]] = {}  # by registration: a name registered again gets a class of its own
 
 
 def api_class(algo: str) -> type[Model]:
@@ -255,8 +284,11 @@ def api_class(algo: str) -> type[Model]:
     if found.name in ("ppo", "a2c"):
         return PPO if found.name == "ppo" else A2C
     if found not in _CLASSES:
-        _CLASSES[found] = type(found.class_name, (Model,), {"algo": found.name, "__module__": __name__,
-                                                            "__doc__": found.summary or found.name})
+        _CLASSES[found] = type(
+            found.class_name,
+            (Model,),
+            {"algo": found.name, "__module__": __name__, "__doc__": found.summary or found.name},
+        )
     return _CLASSES[found]
 
 
@@ -278,18 +310,32 @@ def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict, A
     says (`vector_env`, `num_workers`: the worker pool when num_workers > 1, as for an env given
     by name)."""
     if _is_vec_env(env):
+
         def reuse(num_envs, device, seed):
             return env
-        return _label(getattr(env, "name", None), type(env)), lambda config: reuse, {
-            "num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0}, env.single_action_space
+
+        return (
+            _label(getattr(env, "name", None), type(env)),
+            lambda config: reuse,
+            {"num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0},
+            env.single_action_space,
+        )
     if callable(env):
         from envs.registry import make_gymnasium_vec_env
 
         def make_factory(config: TrainConfig) -> Callable:
             def factory(num_envs, device, seed):
-                return make_gymnasium_vec_env(env, num_envs, device=device, seed=seed, vector_env=config.vector_env,
-                                              num_workers=config.num_workers)
+                return make_gymnasium_vec_env(
+                    env,
+                    num_envs,
+                    device=device,
+                    seed=seed,
+                    vector_env=config.vector_env,
+                    num_workers=config.num_workers,
+                )
+
             return factory
+
         probe = env()
         try:
             spec_id = getattr(getattr(probe, "spec", None), "id", None)
@@ -297,8 +343,10 @@ def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict, A
         finally:
             probe.close()
         return _label(spec_id, env), make_factory, {}, action_space
-    raise ConfigError(f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
-                      f"gymnasium.Env, or a VecEnv; got {type(env).__name__}")
+    raise ConfigError(
+        f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
+        f"gymnasium.Env, or a VecEnv; got {type(env).__name__}"
+    )
 
 
 def _is_vec_env(env: Any) -> bool:
@@ -309,7 +357,7 @@ def _label(name: str | None, fallback: Any) -> str:
     """What the config (and the saved model) calls an env given as an object: its registered name
     when it has one, else its entry point `module:QualifiedName` (enough to tell it apart)."""
     from envs import resolve_env_name
-    from envs.base import EnvError
+    from envs.errors import EnvError
 
     if name:
         try:
@@ -323,11 +371,15 @@ def _label(name: str | None, fallback: Any) -> str:
 def _check_fixed(settings: dict, fixed: dict) -> dict:
     for name, value in fixed.items():
         if name in settings and name != "gif_interval" and str(settings[name]) != str(value):
-            raise ConfigError(f"{name}={settings[name]!r} does not fit the VecEnv given, which has {name} {value!r}; "
-                              f"leave {name} out (it is taken from the env) or build the env with it")
+            raise ConfigError(
+                f"{name}={settings[name]!r} does not fit the VecEnv given, which has {name} {value!r}; "
+                f"leave {name} out (it is taken from the env) or build the env with it"
+            )
     if "env_kwargs" in settings or "wrappers" in settings:
-        raise ConfigError("env_kwargs / wrappers apply to envs given by name; an env object or factory "
-                          "is used as it is built (apply options and wrappers inside the factory)")
+        raise ConfigError(
+            "env_kwargs / wrappers apply to envs given by name; an env object or factory "
+            "is used as it is built (apply options and wrappers inside the factory)"
+        )
     return {name: value for name, value in settings.items() if name not in fixed}
 
 

@@ -4,6 +4,7 @@ Two reasons to write it out: one tensor makes each step a handful of kernel laun
 handful per layer (small networks are launch-bound on CPU), and constructing `torch.optim.Adam`
 imports `torch._dynamo`, which adds about a second to every launch.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,20 +46,23 @@ class Adam:
         flat vectors (host-side pointer comparisons, no device work). Otherwise the step
         would update a vector the module no longer reads, or read gradients nobody writes."""
         # The common case in two C-level passes (about 4 us for ppo-small), the message after.
-        if (list(map(Tensor.data_ptr, self.parameters)) == self._data_ptrs
-                and all(map(operator.is_, map(_grad_of, self.parameters), self._grads))):
+        if list(map(Tensor.data_ptr, self.parameters)) == self._data_ptrs and all(
+            map(operator.is_, map(_grad_of, self.parameters), self._grads)
+        ):
             return
         for name, parameter, data_ptr, grad in zip(self._names, self.parameters, self._data_ptrs, self._grads):
             if parameter.data_ptr() != data_ptr:
                 raise OptimizerError(
                     f"parameter {name!r} was moved or replaced after the optimiser was built (by .to(), "
                     f".double(), assigning .data, ...), so a step would not change the model: move the "
-                    f"model first, then build Adam(model)")
+                    f"model first, then build Adam(model)"
+                )
             if parameter.grad is not grad:
                 found = "None" if parameter.grad is None else "a tensor of its own"
                 raise OptimizerError(
                     f"parameter {name!r} has .grad = {found}, not the optimiser's gradient vector "
-                    f"(module.zero_grad() sets .grad to None): call optimizer.zero_grad() instead")
+                    f"(module.zero_grad() sets .grad to None): call optimizer.zero_grad() instead"
+                )
 
     def zero_grad(self) -> None:
         self.flat_grad.zero_()
@@ -73,23 +77,26 @@ class Adam:
     def step(self, learning_rate: float) -> None:
         self.step_count += 1
         grad = self.flat_grad
-        self.exp_avg.lerp_(grad, 1.0 - self.beta1)                      # m = b1 m + (1 - b1) g
+        self.exp_avg.lerp_(grad, 1.0 - self.beta1)  # m = b1 m + (1 - b1) g
         self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1.0 - self.beta2)
-        bias_correction1 = 1.0 - self.beta1 ** self.step_count
-        root_bias_correction2 = math.sqrt(1.0 - self.beta2 ** self.step_count)
+        bias_correction1 = 1.0 - self.beta1**self.step_count
+        root_bias_correction2 = math.sqrt(1.0 - self.beta2**self.step_count)
         # p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with the scalars gathered so that the
         # vector work is one sqrt, one add and one addcdiv.
         denominator = self.exp_avg_sq.sqrt().add_(self.eps * root_bias_correction2)
-        self.flat_param.addcdiv_(self.exp_avg, denominator,
-                                 value=-learning_rate * root_bias_correction2 / bias_correction1)
+        self.flat_param.addcdiv_(
+            self.exp_avg, denominator, value=-learning_rate * root_bias_correction2 / bias_correction1
+        )
 
     def state_dict(self) -> dict:
         return {"step": self.step_count, "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         if state["exp_avg"].shape != self.exp_avg.shape:
-            raise ValueError(f"optimizer state has {state['exp_avg'].numel()} values, the model "
-                             f"{self.exp_avg.numel()}: the checkpoint belongs to a different model")
+            raise ValueError(
+                f"optimizer state has {state['exp_avg'].numel()} values, the model "
+                f"{self.exp_avg.numel()}: the checkpoint belongs to a different model"
+            )
         self.step_count = int(state["step"])
         self.exp_avg.copy_(state["exp_avg"])
         self.exp_avg_sq.copy_(state["exp_avg_sq"])
@@ -108,9 +115,9 @@ def _flatten_into_views(parameters: list[nn.Parameter]) -> tuple[Tensor, Tensor]
     offset = 0
     for parameter in parameters:
         size = parameter.numel()
-        flat_param[offset:offset + size].copy_(parameter.data.reshape(-1))
-        parameter.data = flat_param[offset:offset + size].view_as(parameter)
+        flat_param[offset : offset + size].copy_(parameter.data.reshape(-1))
+        parameter.data = flat_param[offset : offset + size].view_as(parameter)
         # backward() accumulates into an existing .grad in place, so gradients land in flat_grad.
-        parameter.grad = flat_grad[offset:offset + size].view_as(parameter)
+        parameter.grad = flat_grad[offset : offset + size].view_as(parameter)
         offset += size
     return flat_param, flat_grad

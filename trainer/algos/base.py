@@ -22,6 +22,7 @@ To add one: subclass `Algorithm` in a file of its own, then `register("name", cl
 (trainer/algos/registry.py). Its keys appear in YAML, `--set`, the API's keywords and the
 studio's form (only when it is chosen); `trainer.api.api_class("name")` trains it from Python.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,24 +44,24 @@ def _on_one_process(tensor: Tensor) -> None:
 class Setup:
     """What the loop hands an algorithm when it builds it."""
 
-    config: TrainConfig               # validated; the algorithm's own keys read as config.<key>
-    env: Any                            # the VecEnv to collect from (envs/base.py), on `device`
+    config: TrainConfig  # validated; the algorithm's own keys read as config.<key>
+    env: Any  # the VecEnv to collect from (envs/base.py), on `device`
     device: torch.device
-    policy_spec: dict                   # what `build_policy` makes the playing network from
-    generator: torch.Generator        # the run's sampling stream (actions, minibatches); the loop saves it
-    reduce_mean: Callable[[Tensor], None] | None = None   # average over ranks in place (gradients); None: one rank
+    policy_spec: dict  # what `build_policy` makes the playing network from
+    generator: torch.Generator  # the run's sampling stream (actions, minibatches); the loop saves it
+    reduce_mean: Callable[[Tensor], None] | None = None  # average over ranks in place (gradients); None: one rank
     reduce_sum: Callable[[Tensor], None] = _on_one_process  # sum over ranks in place (statistics)
-    broadcast: Callable[[nn.Module], None] | None = None    # rank 0's weights into this rank's module
+    broadcast: Callable[[nn.Module], None] | None = None  # rank 0's weights into this rank's module
 
 
 @dataclass(frozen=True)
 class Progress:
     """Where the run is, for the update about to run (an algorithm's own schedules read it)."""
 
-    update: int                         # 1-based number of this update
-    num_updates: int                    # updates planned (grows when the API's learn() is called again)
-    global_step: int                    # env steps before this update, all ranks
-    learning_rate: float                # this update's (`lr_scaling`, `anneal_lr` applied)
+    update: int  # 1-based number of this update
+    num_updates: int  # updates planned (grows when the API's learn() is called again)
+    global_step: int  # env steps before this update, all ranks
+    learning_rate: float  # this update's (`lr_scaling`, `anneal_lr` applied)
 
 
 class Algorithm:
@@ -72,9 +73,10 @@ class Algorithm:
     env steps (all envs of this rank) each `collect` takes.
     """
 
-    summary: ClassVar[str] = ""                      # one line: the `algo` key's help, the studio's menu
-    keys: ClassVar[type | None] = None               # a dataclass of `key(...)` fields: its own config keys
-    metric_names: ClassVar[tuple[str, ...]] = ()     # what `update` returns (trainer/config/metrics.py names)
+    summary: ClassVar[str] = ""  # one line: the `algo` key's help, the studio's menu
+    keys: ClassVar[type | None] = None  # a dataclass of `key(...)` fields: its own config keys
+    metric_names: ClassVar[tuple[str, ...]] = ()  # what `update` returns: `update` metrics of
+    # trainer/config/metrics.py (checked when it registers)
 
     policy: nn.Module
     steps_per_update: int

@@ -24,11 +24,12 @@ The keys it reads are declared in trainer/algos/ppo_settings.py; the optimiser i
 trainer/algos/adam.py. Everything stays on the device; the only host syncs are one `.tolist()`
 of the statistics at the end of an update (plus one per epoch when `target_kl` is set).
 """
+
 from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -36,13 +37,21 @@ from torch import Tensor, nn
 from trainer.algos import ppo_fast
 from trainer.algos.adam import Adam, OptimizerError  # noqa: F401 (OptimizerError: re-exported)
 from trainer.algos.base import Algorithm, Progress, Setup
-from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_SUMMARY, PPOKeys, UpdateBatch, UpdateSettings, check_a2c
+from trainer.algos.ppo_settings import (
+    A2C_SUMMARY,
+    PPO_MEAN_METRICS,
+    PPO_METRICS,
+    PPO_SUMMARY,
+    PPOKeys,
+    UpdateBatch,
+    UpdateSettings,
+    check_a2c,
+)
 from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
-from trainer.config.metrics import update_stat_names
 from trainer.nets.normalization import RewardScaler
 from trainer.nets.policies import build_policy
 
-UPDATE_STAT_NAMES = update_stat_names("ppo")  # declared in trainer/config/metrics.py, in the order stacked below
+UPDATE_STAT_NAMES = PPO_MEAN_METRICS  # declared in ppo_settings.py, in the order stacked below
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,7 +63,7 @@ class PPO(Algorithm):
 
     summary = PPO_SUMMARY
     keys = PPOKeys
-    metric_names = (*UPDATE_STAT_NAMES, "explained_variance", "gradient_steps")
+    metric_names = PPO_METRICS
     unclipped = False
 
     def __init__(self, setup: Setup):
@@ -67,8 +76,9 @@ class PPO(Algorithm):
         self.settings = UpdateSettings.from_config(config, unclipped=self.unclipped)
         self.gradient = choose_gradient(self.policy, self.settings)
         self.reward_scaler = RewardScaler(config.num_envs, config.gamma, device) if config.norm_reward else None
-        self.buffer = RolloutBuffer.allocate(config.num_steps, config.num_envs, tuple(setup.policy_spec["obs_shape"]),
-                                             self.policy, device)
+        self.buffer = RolloutBuffer.allocate(
+            config.num_steps, config.num_envs, tuple(setup.policy_spec["obs_shape"]), self.policy, device
+        )
         self.steps_per_update = config.batch_size
         self.batch: UpdateBatch | None = None
 
@@ -84,8 +94,9 @@ class PPO(Algorithm):
         score_rollout(policy, buffer, setup.config.gamma)
         with torch.no_grad():
             last_value = policy.value(policy.normalize_obs(obs))
-        advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.dones, last_value,
-                                          setup.config.gamma, self.settings.gae_lambda)
+        advantages, returns = compute_gae(
+            buffer.rewards, buffer.values, buffer.dones, last_value, setup.config.gamma, self.settings.gae_lambda
+        )
         if policy.obs_normalizer is not None:
             policy.obs_normalizer.commit(setup.reduce_sum)
         if self.reward_scaler is not None:
@@ -94,12 +105,22 @@ class PPO(Algorithm):
         return obs
 
     def update(self, progress: Progress) -> dict:
-        return ppo_update(self.policy, self.optimizer, self.batch, self.settings, progress.learning_rate,
-                          self.setup.generator, self.setup.reduce_mean, self.gradient)
+        return ppo_update(
+            self.policy,
+            self.optimizer,
+            self.batch,
+            self.settings,
+            progress.learning_rate,
+            self.setup.generator,
+            self.setup.reduce_mean,
+            self.gradient,
+        )
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(),
-                "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -119,8 +140,9 @@ class A2C(PPO):
 # 2. Advantages
 
 
-def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor,
-                gamma: float, gae_lambda: float) -> tuple[Tensor, Tensor]:
+def compute_gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float, gae_lambda: float
+) -> tuple[Tensor, Tensor]:
     """GAE over a rollout of shape (T, N).
 
     dones[t] is 1 where the episode ended with step t (rewards of truncated episodes already
@@ -128,12 +150,11 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
     """
     not_done = 1.0 - dones
     next_values = torch.cat((values[1:], last_value.unsqueeze(0)))
-    deltas = rewards + gamma * next_values * not_done - values            # TD errors
+    deltas = rewards + gamma * next_values * not_done - values  # TD errors
     decay = (gamma * gae_lambda) * not_done
     advantages = torch.empty_like(rewards)
     running = torch.zeros_like(last_value)
-    for delta, step_decay, advantage in zip(deltas.unbind(0)[::-1], decay.unbind(0)[::-1],
-                                            advantages.unbind(0)[::-1]):
+    for delta, step_decay, advantage in zip(deltas.unbind(0)[::-1], decay.unbind(0)[::-1], advantages.unbind(0)[::-1]):
         running = torch.addcmul(delta, step_decay, running, out=advantage)  # A_t = delta_t + g*l*A_{t+1}
     return advantages, advantages + values
 
@@ -142,10 +163,16 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
 # 3. The update
 
 
-def ppo_update(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, settings: UpdateSettings,
-               learning_rate: float, generator: torch.Generator,
-               reduce_gradients: Callable[[Tensor], None] | None = None,
-               gradient: Gradient | None = None) -> dict[str, float]:
+def ppo_update(
+    policy: nn.Module,
+    optimizer: Adam,
+    batch: UpdateBatch,
+    settings: UpdateSettings,
+    learning_rate: float,
+    generator: torch.Generator,
+    reduce_gradients: Callable[[Tensor], None] | None = None,
+    gradient: Gradient | None = None,
+) -> dict[str, float]:
     """Optimise the policy on one rollout; returns the mean loss statistics and
     explained variance. gradient: `choose_gradient(policy, settings)` (chosen here if not given)."""
     gradient = gradient or choose_gradient(policy, settings)
@@ -153,8 +180,8 @@ def ppo_update(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, settings:
     size = settings.mini_batch_size
     num_minibatches = batch_size // size
     device = batch.obs.device
-    loss_totals = torch.zeros(3, device=device)         # policy loss, value loss, entropy
-    ratio_totals = torch.zeros(2, device=device)        # approx KL, clip fraction (per epoch)
+    loss_totals = torch.zeros(3, device=device)  # policy loss, value loss, entropy
+    ratio_totals = torch.zeros(2, device=device)  # approx KL, clip fraction (per epoch)
     steps_taken = epochs_taken = 0
     sampler = _PrioritySampler(batch.advantages, settings, generator) if settings.use_per else None
     normalize_advantages = settings.norm_adv and size > 1
@@ -163,7 +190,9 @@ def ppo_update(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, settings:
         if sampler is None:
             # Shuffle once per epoch; minibatches are then contiguous views, and their advantages
             # are normalised all at once (row by row: the same as one minibatch at a time).
-            shuffled = batch.take(torch.randperm(batch_size, generator=generator, device=device)[:num_minibatches * size])
+            shuffled = batch.take(
+                torch.randperm(batch_size, generator=generator, device=device)[: num_minibatches * size]
+            )
             advantages = shuffled.advantages.view(num_minibatches, size)
             if normalize_advantages:
                 advantages = _normalize_rows(advantages)
@@ -177,8 +206,16 @@ def ppo_update(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, settings:
                 minibatch_advantages = minibatch.advantages
                 if normalize_advantages:
                     minibatch_advantages = _normalize_rows(minibatch_advantages)
-            losses, log_ratio = _minibatch_step(gradient, optimizer, minibatch, minibatch_advantages, value_weights,
-                                                settings, learning_rate, reduce_gradients)
+            losses, log_ratio = _minibatch_step(
+                gradient,
+                optimizer,
+                minibatch,
+                minibatch_advantages,
+                value_weights,
+                settings,
+                learning_rate,
+                reduce_gradients,
+            )
             loss_totals += losses
             log_ratios.append(log_ratio)
             steps_taken += 1
@@ -190,8 +227,9 @@ def ppo_update(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, settings:
     # One host sync for all statistics.
     return_variance = batch.returns.var()
     residual_variance = (batch.returns - batch.values).var()
-    host = torch.cat((loss_totals / steps_taken, ratio_totals / epochs_taken,
-                      torch.stack((return_variance, residual_variance)))).tolist()
+    host = torch.cat(
+        (loss_totals / steps_taken, ratio_totals / epochs_taken, torch.stack((return_variance, residual_variance)))
+    ).tolist()
     result: dict[str, float | None] = dict(zip(UPDATE_STAT_NAMES, host[:-2]))
     result["explained_variance"] = explained_variance(host[-2], host[-1])
     result["gradient_steps"] = steps_taken
@@ -204,9 +242,16 @@ def _normalize_rows(advantages: Tensor) -> Tensor:
     return (advantages - mean) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
-def _minibatch_step(gradient: Gradient, optimizer: Adam, batch: UpdateBatch, advantages: Tensor,
-                    value_weights: Tensor | None, settings: UpdateSettings, learning_rate: float,
-                    reduce_gradients: Callable[[Tensor], None] | None) -> tuple[Tensor, Tensor]:
+def _minibatch_step(
+    gradient: Gradient,
+    optimizer: Adam,
+    batch: UpdateBatch,
+    advantages: Tensor,
+    value_weights: Tensor | None,
+    settings: UpdateSettings,
+    learning_rate: float,
+    reduce_gradients: Callable[[Tensor], None] | None,
+) -> tuple[Tensor, Tensor]:
     """One gradient step; returns (policy loss, value loss, entropy) and log(pi / pi_old) of
     every sample, detached."""
     optimizer.check_parameters()
@@ -218,8 +263,9 @@ def _minibatch_step(gradient: Gradient, optimizer: Adam, batch: UpdateBatch, adv
     return losses, log_ratio
 
 
-def ppo_loss(policy: nn.Module, batch: UpdateBatch, advantages: Tensor, value_weights: Tensor | None,
-             settings: UpdateSettings) -> tuple[Tensor, Tensor, Tensor]:
+def ppo_loss(
+    policy: nn.Module, batch: UpdateBatch, advantages: Tensor, value_weights: Tensor | None, settings: UpdateSettings
+) -> tuple[Tensor, Tensor, Tensor]:
     """The PPO loss of one minibatch (Schulman et al. 2017, eq. 9, negated to minimise), the
     reference every faster path is tested against.
 
@@ -229,7 +275,7 @@ def ppo_loss(policy: nn.Module, batch: UpdateBatch, advantages: Tensor, value_we
     """
     new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions)
     log_ratio = new_log_prob - batch.log_probs
-    ratio = log_ratio.exp()                                          # r = pi(a|s) / pi_old(a|s)
+    ratio = log_ratio.exp()  # r = pi(a|s) / pi_old(a|s)
 
     # Policy loss: the clipped surrogate objective, -min(r A, clip(r, 1 - eps, 1 + eps) A).
     # (a2c: -r A, whose gradient at r = 1 is the plain policy gradient -A grad log pi.)
@@ -260,7 +306,7 @@ def ppo_loss(policy: nn.Module, batch: UpdateBatch, advantages: Tensor, value_we
 def _ratio_statistics(log_ratio: Tensor, clip_coef: float) -> Tensor:
     """(approx KL, clip fraction) over samples: how far the update moved the policy."""
     ratio_minus_one = log_ratio.exp() - 1.0
-    approx_kl = (ratio_minus_one - log_ratio).mean()          # the k3 estimator of KL(old || new)
+    approx_kl = (ratio_minus_one - log_ratio).mean()  # the k3 estimator of KL(old || new)
     clip_fraction = (ratio_minus_one.abs() > clip_coef).float().mean()
     return torch.stack((approx_kl, clip_fraction))
 
@@ -307,14 +353,26 @@ def choose_gradient(policy: nn.Module, settings: UpdateSettings) -> Gradient:
     return functools.partial(_written_out_gradient, structure)
 
 
-def _autograd_gradient(policy: nn.Module, optimizer: Adam, batch: UpdateBatch, advantages: Tensor,
-                       value_weights: Tensor | None, settings: UpdateSettings) -> tuple[Tensor, Tensor]:
+def _autograd_gradient(
+    policy: nn.Module,
+    optimizer: Adam,
+    batch: UpdateBatch,
+    advantages: Tensor,
+    value_weights: Tensor | None,
+    settings: UpdateSettings,
+) -> tuple[Tensor, Tensor]:
     optimizer.zero_grad()
     loss, losses, log_ratio = ppo_loss(policy, batch, advantages, value_weights, settings)
     loss.backward()
     return losses, log_ratio
 
 
-def _written_out_gradient(structure: ppo_fast.MLPStructure, optimizer: Adam, batch: UpdateBatch, advantages: Tensor,
-                          value_weights: Tensor | None, settings: UpdateSettings) -> tuple[Tensor, Tensor]:
+def _written_out_gradient(
+    structure: ppo_fast.MLPStructure,
+    optimizer: Adam,
+    batch: UpdateBatch,
+    advantages: Tensor,
+    value_weights: Tensor | None,
+    settings: UpdateSettings,
+) -> tuple[Tensor, Tensor]:
     return ppo_fast.ppo_loss_and_gradient(structure, batch, advantages, value_weights, settings)

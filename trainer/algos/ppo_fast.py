@@ -31,6 +31,7 @@ Gaussian head (mean mu, log std sigma_log, z = (a - mu) / sigma):
 and each layer y = f(x W^T + b) passes back dW = g'^T x, db = sum(g'), dx = g' W with
 g' = g f'(.) (`Activation.backward`, from y).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,8 +81,13 @@ def structure_of(module: nn.Module) -> MLPStructure | None:
 
 
 @torch.no_grad()
-def ppo_loss_and_gradient(structure: MLPStructure, batch: "UpdateBatch", advantages: Tensor,
-                          value_weights: Tensor | None, settings: "UpdateSettings") -> tuple[Tensor, Tensor]:
+def ppo_loss_and_gradient(
+    structure: MLPStructure,
+    batch: UpdateBatch,
+    advantages: Tensor,
+    value_weights: Tensor | None,
+    settings: UpdateSettings,
+) -> tuple[Tensor, Tensor]:
     """Write d(loss)/d(parameter) into every parameter's `.grad` (overwriting it); the same
     arguments as `ppo.ppo_loss`, whose gradient this is (it does not take `clip_vloss`).
 
@@ -119,7 +125,7 @@ def ppo_loss_and_gradient(structure: MLPStructure, batch: "UpdateBatch", advanta
         clip_coef = settings.clip_coef
         clipped_term = -advantages * ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
         policy_terms = torch.maximum(unclipped_term, clipped_term)
-        active = unclipped_term >= clipped_term   # where the gradient flows through r
+        active = unclipped_term >= clipped_term  # where the gradient flows through r
     value_error = value - batch.returns
     weighted_error = value_error if value_weights is None else value_error * value_weights
     losses = torch.stack((policy_terms.mean(), 0.5 * (weighted_error * value_error).mean(), entropy.mean()))

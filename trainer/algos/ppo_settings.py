@@ -6,6 +6,7 @@ Torch-free on purpose: `import trainer` registers PPO and A2C with these keys
 The keys every algorithm shares (`gamma`, `learning_rate`, the batch sizes, ...) stay in
 trainer/config/keys.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
 PPO_SUMMARY = "clipped surrogate objective, several epochs over each rollout (Schulman et al. 2017)"
 A2C_SUMMARY = "advantage actor-critic: one unclipped pass over each rollout"
 
+# What PPO's and A2C's update returns: names of trainer/config/metrics.py's registry (checked when they
+# register). The mean statistics first, in the order ppo_update stacks them, then the rest.
+PPO_MEAN_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+PPO_METRICS = (*PPO_MEAN_METRICS, "explained_variance", "gradient_steps")
+
 
 @dataclass(frozen=True)
 class PPOKeys:
@@ -30,19 +36,26 @@ class PPOKeys:
     update_epochs: int = key(4, "Passes over each batch per update (`a2c`: always 1).", Integer(maximum=1000), ROLLOUT)
     gae_lambda: float = key(0.95, "GAE lambda (0: one-step TD, 1: Monte Carlo).", Real(0.0, 1.0), PPO)
     clip_coef: float = key(0.2, "PPO clipping range of the probability ratio.", Real(0.0, None, low_open=True), PPO)
-    clip_vloss: bool = key(False, "Clip the value update to `clip_coef` around the old values as well.",
-                           Boolean(), PPO)
+    clip_vloss: bool = key(False, "Clip the value update to `clip_coef` around the old values as well.", Boolean(), PPO)
     norm_adv: bool = key(True, "Normalise advantages per minibatch.", Boolean(), PPO)
     ent_coef: float = key(0.01, "Weight of the entropy bonus.", Real(0.0), PPO)
     vf_coef: float = key(0.5, "Weight of the value loss.", Real(0.0), PPO)
     max_grad_norm: float = key(0.5, "Clip the gradient's global norm to this.", Real(0.0, None, low_open=True), PPO)
-    target_kl: float | None = key(None, "Stop an update's remaining epochs once the approximate KL divergence "
-                                  "exceeds this (null: never).", Real(0.0, None, low_open=True, optional=True), PPO)
-    use_per: bool = key(False, "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, "
-                        "importance weights (`per_beta`) on the value loss.", Boolean(), NORMALISATION)
+    target_kl: float | None = key(
+        None,
+        "Stop an update's remaining epochs once the approximate KL divergence exceeds this (null: never).",
+        Real(0.0, None, low_open=True, optional=True),
+        PPO,
+    )
+    use_per: bool = key(
+        False,
+        "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, "
+        "importance weights (`per_beta`) on the value loss.",
+        Boolean(),
+        NORMALISATION,
+    )
     per_alpha: float = key(0.6, "How strongly `use_per` prefers large errors (0: uniform).", Real(0.0), NORMALISATION)
-    per_beta: float = key(0.4, "Importance-sampling correction of `use_per` (1: full).", Real(0.0, 1.0),
-                          NORMALISATION)
+    per_beta: float = key(0.4, "Importance-sampling correction of `use_per` (1: full).", Real(0.0, 1.0), NORMALISATION)
 
 
 @dataclass(frozen=True)
@@ -57,16 +70,24 @@ class UpdateSettings(PPOKeys):
     def from_config(cls, config: TrainConfig, unclipped: bool | None = None) -> UpdateSettings:
         """The settings of a validated config, taken by name (a key renamed fails here, loudly)."""
         values = {item.name: getattr(config, item.name) for item in fields(PPOKeys)}
-        return cls(**values, mini_batch_size=config.mini_batch_size,
-                   unclipped=config.algo == "a2c" if unclipped is None else unclipped)
+        return cls(
+            **values,
+            mini_batch_size=config.mini_batch_size,
+            unclipped=config.algo == "a2c" if unclipped is None else unclipped,
+        )
 
 
 def check_a2c(config: Any, given: set[str], problems: list[str]) -> None:
-    """A2C makes one pass over each rollout: update_epochs is 1 (given otherwise: a problem)."""
+    """A2C makes one pass over each rollout: update_epochs is 1 (given otherwise: a problem), and
+    its one gradient step takes the whole batch unless mini_batch_size / num_minibatches say otherwise."""
     if "update_epochs" in given and config.update_epochs != 1:
-        problems.append(f"algo a2c makes one pass over each rollout, but update_epochs is {config.update_epochs}; "
-                        f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs")
+        problems.append(
+            f"algo a2c makes one pass over each rollout, but update_epochs is {config.update_epochs}; "
+            f"remove update_epochs (or set it to 1), or use algo: ppo for several epochs"
+        )
     config.update_epochs = 1
+    if not given & {"mini_batch_size", "num_minibatches"} and config.batch_size is not None:
+        config.mini_batch_size, config.num_minibatches = config.batch_size, 1
 
 
 @dataclass

@@ -4,7 +4,8 @@
     register("reinforce", Reinforce)          # a trainer.algos.base.Algorithm subclass
 
 Registering feeds every user of the name: the `algo` key's choices and the algorithm's own keys
-(trainer/config/keys.py validates with them; the studio's form shows them while it is chosen),
+(trainer/config/validation.py validates with them; the studio's form shows them while it is chosen), the
+metrics its update returns (checked against trainer/config/metrics.py's registry here),
 the Python API (`trainer.api.api_class(name)`) and checkpoints (they record `algo`; resuming and
 `Model.load` build the algorithm from it).
 
@@ -14,6 +15,7 @@ does); `import trainer` imports this module, so every entry point knows them. An
 registered elsewhere is known in the process that registered it, and in processes forked from
 it after that.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_SUMMARY, PPOKeys, check_a2c
-from trainer.config.keys import declare_algorithm, forget_algorithm
+from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_METRICS, PPO_SUMMARY, PPOKeys, check_a2c
+from trainer.config.algorithm_keys import forget_algorithm
+from trainer.config.keys import declare_algorithm
+from trainer.config.metrics import check_update_metrics
 
 if TYPE_CHECKING:
     from trainer.algos.base import Algorithm
@@ -34,8 +38,9 @@ NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 @dataclass(frozen=True)
 class Registration:
     name: str
-    target: type[Algorithm] | str     # the class, or "module:Class" imported on first use
+    target: type[Algorithm] | str  # the class, or "module:Class" imported on first use
     summary: str
+    metric_names: tuple[str, ...] = ()  # what its update returns (trainer/config/metrics.py names)
 
     def load(self) -> type[Algorithm]:
         if not isinstance(self.target, str):
@@ -52,10 +57,18 @@ class Registration:
 ALGORITHMS: dict[str, Registration] = {}
 
 
-def register(name: str, cls: type[Algorithm] | str, *, summary: str | None = None, keys: type | None = None,
-             check: Callable[..., None] | None = None) -> None:
-    """Make `cls` trainable as `algo: name`. For a class, summary, keys and check default to its
-    own `summary`, `keys` and `check_config`; a "module:Class" path gives them here instead."""
+def register(
+    name: str,
+    cls: type[Algorithm] | str,
+    *,
+    summary: str | None = None,
+    keys: type | None = None,
+    check: Callable[..., None] | None = None,
+    metric_names: tuple[str, ...] | None = None,
+) -> None:
+    """Make `cls` trainable as `algo: name`. For a class, summary, keys, check and metric_names
+    default to its own `summary`, `keys`, `check_config` and `metric_names`; a "module:Class" path
+    gives them here instead. The metric names must be `update` metrics of the registry."""
     from trainer.algos.base import Algorithm
 
     if not isinstance(name, str) or not NAME.fullmatch(name):
@@ -66,8 +79,10 @@ def register(name: str, cls: type[Algorithm] | str, *, summary: str | None = Non
         summary = summary if summary is not None else cls.summary
         keys = keys if keys is not None else cls.keys
         check = check if check is not None else cls.check_config
+        metric_names = metric_names if metric_names is not None else cls.metric_names
+    metric_names = check_update_metrics(name, metric_names or ())
     declare_algorithm(name, summary or "", keys, check)  # the config's table: refuses a clashing key
-    ALGORITHMS[name] = Registration(name, cls, summary or "")
+    ALGORITHMS[name] = Registration(name, cls, summary or "", metric_names)
 
 
 def unregister(name: str) -> None:
@@ -80,9 +95,11 @@ def registration(name: str) -> Registration:
     """The algorithm registered as `name`; ValueError lists the ones there are."""
     found = ALGORITHMS.get(str(name).strip().lower())
     if found is None:
-        raise ValueError(f"no algorithm {str(name)[:80]!r} is registered here; the registered ones: "
-                         f"{', '.join(ALGORITHMS)} (register it with trainer.algos.registry.register before "
-                         f"training or loading it)")
+        raise ValueError(
+            f"no algorithm {str(name)[:80]!r} is registered here; the registered ones: "
+            f"{', '.join(ALGORITHMS)} (register it with trainer.algos.registry.register before "
+            f"training or loading it)"
+        )
     return found
 
 
@@ -91,5 +108,5 @@ def algorithm_class(name: str) -> type[Algorithm]:
     return registration(name).load()
 
 
-register("ppo", "trainer.algos.ppo:PPO", summary=PPO_SUMMARY, keys=PPOKeys)
-register("a2c", "trainer.algos.ppo:A2C", summary=A2C_SUMMARY, keys=PPOKeys, check=check_a2c)
+register("ppo", "trainer.algos.ppo:PPO", summary=PPO_SUMMARY, keys=PPOKeys, metric_names=PPO_METRICS)
+register("a2c", "trainer.algos.ppo:A2C", summary=A2C_SUMMARY, keys=PPOKeys, check=check_a2c, metric_names=PPO_METRICS)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from trainer.nets.policies import ActorCritic
-from trainer.nets.normalization import RewardScaler
 from trainer.algos.ppo_settings import UpdateBatch
+from trainer.nets.normalization import RewardScaler
+from trainer.nets.policies import ActorCritic
 
 # Rows per forward pass when scoring a rollout: large enough to amortise the per-op cost, small
 # enough that the activations stay in cache (1024 rows: about 20% faster than 4096 for ppo-small
@@ -66,79 +66,77 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
     """Fill the observations, actions, rewards and episode ends of `buffer` with one rollout
     starting from the env observations `next_obs`; returns the env observations the next
     rollout starts from. With norm_obs, the statistics stay fixed during the rollout and only
-    accumulate the new observations (see normalization.py)."""
+    accumulate the new observations (see normalization.py).
+
+    One loop for every env, through the batched methods `VecEnv` declares (envs/base.py): the
+    env's `step_groups` (one group, the whole batch, unless the env steps groups concurrently,
+    as the async worker pool does with two halves), `send(group, actions)` and
+    `recv_views(group)`. The policy acts on a group while the others step; each result is
+    copied into the buffer before its group is sent again (so it may be a view of the env's
+    memory). Same noise, same order of statistics, so the same trajectories however the env
+    groups its envs."""
     normalizer = policy.obs_normalizer
     sample = policy.sampler()
     num_steps, num_envs = buffer.rewards.shape
     noise = sample.noise(num_steps, num_envs, generator, buffer.rewards.device)
-    if getattr(env, "step_groups", None):
-        return _collect_overlapped(env, policy, sample, noise, buffer, next_obs, reward_scaler)
-    # An env that can hand back views of its own memory (the worker pool's shared arrays) saves
-    # a copy of every result per step: each is copied into the buffer before the next step.
-    step = getattr(env, "step_views", env.step)
-    steps = zip(noise.unbind(0), buffer.obs.unbind(0), buffer.actions.unbind(0), buffer.rewards.unbind(0),
-                buffer.terminated.unbind(0), buffer.truncated.unbind(0), buffer.final_obs.unbind(0))
-    for step_noise, obs_out, action_out, reward_out, terminated_out, truncated_out, final_obs_out in steps:
-        obs = next_obs if normalizer is None else normalizer.normalize(next_obs)
-        obs_out.copy_(obs)
-        action = sample(obs, step_noise)
-        action_out.copy_(action)
-        next_obs, reward, terminated, truncated, info = step(policy.env_action(action))
-        if reward_scaler is not None:
-            reward = reward_scaler.scale(reward, terminated | truncated)
-        reward_out.copy_(reward)
-        terminated_out.copy_(terminated)
-        truncated_out.copy_(truncated)
-        final_obs = info["final_obs"]
-        if normalizer is not None:
-            normalizer.accumulate(next_obs)
-            final_obs = normalizer.normalize(final_obs)
-        final_obs_out.copy_(final_obs)
-    return next_obs.clone()  # outlives the rollout, so never a view that the next step rewrites
-
-
-def _collect_overlapped(env, policy: ActorCritic, sample, noise: Tensor, buffer: RolloutBuffer, next_obs: Tensor,
-                        reward_scaler: RewardScaler | None) -> Tensor:
-    """`collect_rollout` for an env that steps its envs in groups (`env.step_groups`, slices of
-    the batch, with `send(group, actions)` / `recv(group)`), such as the async worker pool: the
-    policy acts on one group while the others step. Same noise, same order of statistics, so
-    the same trajectories as stepping every env at once."""
-    normalizer = policy.obs_normalizer
     groups = env.step_groups
-    num_steps = buffer.rewards.shape[0]
-    next_obs = next_obs.clone()  # filled group by group as the steps come back
-    recv = getattr(env, "recv_views", env.recv)  # views, copied before the group is sent again
-    # Per group, per step: views of the buffer's rows and of next_obs, made once per rollout
-    # (indexing inside the loop would cost a few tensor ops per field and step).
+    whole_batch = len(groups) == 1  # a row of the buffer is complete as soon as its step is back
+    if whole_batch:
+        group_next_obs = [next_obs]  # the latest observations, as the env handed them over
+    else:
+        next_obs = next_obs.clone()  # filled group by group as the steps come back
+        group_next_obs = [next_obs[envs] for envs in groups]
+    # Per group, per step: views of the buffer's rows, made once per rollout (indexing inside the
+    # loop would cost a few tensor ops per field and step).
     fields = (buffer.obs, buffer.actions, buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_obs, noise)
     group_rows = [[field[:, envs].unbind(0) for field in fields] for envs in groups]
-    group_next_obs = [next_obs[envs] for envs in groups]
     for t in range(num_steps + 1):
-        for group, (rows, group_obs) in enumerate(zip(group_rows, group_next_obs)):
+        for group, rows in enumerate(group_rows):
             obs_rows, action_rows, reward_rows, terminated_rows, truncated_rows, final_obs_rows, noise_rows = rows
             if t > 0:  # the group's step t-1 is back: its results into row t-1
-                obs, reward, terminated, truncated, info = recv(group)
-                group_obs.copy_(obs)
+                obs, reward, terminated, truncated, info = env.recv_views(group)
+                final_obs = info["final_obs"]
+                if whole_batch:  # the whole row: scaled and normalised on its way into the buffer
+                    group_next_obs[0] = obs
+                    reward, final_obs = _finish_step(reward, terminated, truncated, obs, final_obs, normalizer,
+                                                     reward_scaler)
+                else:
+                    group_next_obs[group].copy_(obs)
                 reward_rows[t - 1].copy_(reward)
                 terminated_rows[t - 1].copy_(terminated)
                 truncated_rows[t - 1].copy_(truncated)
-                final_obs_rows[t - 1].copy_(info["final_obs"])
+                final_obs_rows[t - 1].copy_(final_obs)
             if t == num_steps:
                 continue
+            group_obs = group_next_obs[group]
             obs = group_obs if normalizer is None else normalizer.normalize(group_obs)
             obs_rows[t].copy_(obs)
             action = sample(obs, noise_rows[t])
             action_rows[t].copy_(action)
             env.send(group, policy.env_action(action))
-        if t > 0 and (reward_scaler is not None or normalizer is not None):
-            row = t - 1  # row t-1 is whole: what `collect_rollout` does per step on all envs
+        if t > 0 and not whole_batch and (reward_scaler is not None or normalizer is not None):
+            row = t - 1  # row t-1 is whole now: what a single group does on its way in
+            reward, final_obs = _finish_step(buffer.rewards[row], buffer.terminated[row], buffer.truncated[row],
+                                             next_obs, buffer.final_obs[row], normalizer, reward_scaler)
             if reward_scaler is not None:
-                done = buffer.terminated[row] | buffer.truncated[row]
-                buffer.rewards[row] = reward_scaler.scale(buffer.rewards[row], done)
+                buffer.rewards[row] = reward
             if normalizer is not None:
-                normalizer.accumulate(next_obs)
-                buffer.final_obs[row] = normalizer.normalize(buffer.final_obs[row])
-    return next_obs
+                buffer.final_obs[row] = final_obs
+    # Outlives the rollout, so never a view that the next step rewrites.
+    return group_next_obs[0].clone() if whole_batch else next_obs
+
+
+def _finish_step(reward: Tensor, terminated: Tensor, truncated: Tensor, obs: Tensor, final_obs: Tensor, normalizer,
+                 reward_scaler: RewardScaler | None) -> tuple[Tensor, Tensor]:
+    """What a step of every env does to the running statistics, in step order: the reward
+    scaled (its running return restarts where the episode ended), the observations accumulated
+    into norm_obs's sums, the final observations normalised. (reward, final_obs)."""
+    if reward_scaler is not None:
+        reward = reward_scaler.scale(reward, terminated | truncated)
+    if normalizer is not None:
+        normalizer.accumulate(obs)
+        final_obs = normalizer.normalize(final_obs)
+    return reward, final_obs
 
 
 @torch.no_grad()

@@ -25,18 +25,18 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter, OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 from trainer.config.checks import ConfigError
 from trainer.serving.throttle import FailureThrottle, retry_after
 
 TOKEN_ENV = "RL_STUDIO_TOKEN"
 MIN_TOKEN_LENGTH = 20
-MIN_TOKEN_BITS = 64                  # Shannon estimate over the token's own characters
-GENERATE_HINT = "python -c \"import secrets; print(secrets.token_urlsafe(16))\""
+MIN_TOKEN_BITS = 64  # Shannon estimate over the token's own characters
+GENERATE_HINT = 'python -c "import secrets; print(secrets.token_urlsafe(16))"'
 CHALLENGE_SECONDS = 60.0
 MAX_CHALLENGES = 10_000
-MAX_JOIN_BYTES = 64 * 1024           # a join request or answer is a few hundred bytes
+MAX_JOIN_BYTES = 64 * 1024  # a join request or answer is a few hundred bytes
 
 
 class RefusedError(RuntimeError):
@@ -69,7 +69,8 @@ def check_token(token: str, source: str = "--token") -> str:
         raise ConfigError(
             f"{source}: the token is too easy to guess ({len(token)} characters, about {token_bits(token):.0f} bits; "
             f"at least {MIN_TOKEN_LENGTH} characters and {MIN_TOKEN_BITS} bits needed). Leave the token out and the "
-            f"master makes one, or generate one with: {GENERATE_HINT}")
+            f"master makes one, or generate one with: {GENERATE_HINT}"
+        )
     return token
 
 
@@ -97,8 +98,14 @@ class AdmissionGate:
     """Answers challenges and joins. `admit(request, address)` registers an admitted node and
     returns None, or a reason to refuse it (the run is full, ...)."""
 
-    def __init__(self, token: str, run: dict, admit: Callable[[dict, str], str | None],
-                 say: Callable[[str], None], throttle: FailureThrottle | None = None):
+    def __init__(
+        self,
+        token: str,
+        run: dict,
+        admit: Callable[[dict, str], str | None],
+        say: Callable[[str], None],
+        throttle: FailureThrottle | None = None,
+    ):
         self.token, self.run, self.admit, self.say = token, run, admit, say
         self.throttle = throttle or FailureThrottle()
         self.challenges: OrderedDict[str, float] = OrderedDict()
@@ -107,8 +114,9 @@ class AdmissionGate:
     def challenge(self) -> dict:
         with self._lock:
             now = time.monotonic()
-            while self.challenges and (len(self.challenges) >= MAX_CHALLENGES
-                                       or next(iter(self.challenges.values())) < now):
+            while self.challenges and (
+                len(self.challenges) >= MAX_CHALLENGES or next(iter(self.challenges.values())) < now
+            ):
                 self.challenges.popitem(last=False)
             value = secrets.token_hex(16)
             self.challenges[value] = now + CHALLENGE_SECONDS
@@ -126,23 +134,35 @@ class AdmissionGate:
             return 429, {"detail": f"too many failed joins from {address}; try again in {retry_after(wait)} s"}
         fields = {name: request.get(name) for name in ("challenge", "nonce", "node", "proof", "host", "hostname")}
         nproc = request.get("nproc")
-        if not all(isinstance(value, str) and 0 < len(value) <= 256 for value in fields.values()) \
-                or isinstance(nproc, bool) or not isinstance(nproc, int) or not 0 <= nproc <= 1024:
-            return 422, {"detail": "a join request needs challenge, nonce, node, host, hostname and proof (strings) "
-                                   "and nproc (0..1024, 0: the run's own): use `python -m trainer worker`"}
+        if (
+            not all(isinstance(value, str) and 0 < len(value) <= 256 for value in fields.values())
+            or isinstance(nproc, bool)
+            or not isinstance(nproc, int)
+            or not 0 <= nproc <= 1024
+        ):
+            return 422, {
+                "detail": "a join request needs challenge, nonce, node, host, hostname and proof (strings) "
+                "and nproc (0..1024, 0: the run's own): use `python -m trainer worker`"
+            }
         expected = mac(self.token, "join", fields["challenge"], fields["nonce"], fields["node"])
         if not self._take_challenge(fields["challenge"]) or not hmac.compare_digest(expected, fields["proof"]):
             locked = self.throttle.failed(address)
-            self.say(f"Worker refused: {address} (wrong token)" + (f"; further joins from it wait {retry_after(locked)} s"
-                                                                     if locked else ""))
-            return 403, {"detail": "wrong token: give this run's token with --token or RL_STUDIO_TOKEN (the master "
-                                   "printed it when it started)"}
+            self.say(
+                f"Worker refused: {address} (wrong token)"
+                + (f"; further joins from it wait {retry_after(locked)} s" if locked else "")
+            )
+            return 403, {
+                "detail": "wrong token: give this run's token with --token or RL_STUDIO_TOKEN (the master "
+                "printed it when it started)"
+            }
         self.throttle.succeeded(address)
         reason = self.admit({**fields, "nproc": nproc}, address)
         if reason is not None:
             return 409, {"detail": reason}
-        return 200, {"run": self.run, "proof": mac(self.token, "master", fields["challenge"], fields["nonce"],
-                                                    digest(self.run))}
+        return 200, {
+            "run": self.run,
+            "proof": mac(self.token, "master", fields["challenge"], fields["nonce"], digest(self.run)),
+        }
 
     def app(self):
         """The gate as an ASGI app: JSON only, bounded bodies, a 4xx with a message for anything else."""
@@ -174,8 +194,9 @@ class AdmissionGate:
 
 
 def _post(url: str, body: dict, timeout: float) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, json.loads(answer.read(MAX_JOIN_BYTES + 1)[:MAX_JOIN_BYTES] or b"{}")
@@ -194,17 +215,32 @@ def request_admission(master: str, token: str, host: str, nproc: int, timeout: f
         node = f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
         nonce = secrets.token_hex(16)
         challenge = str(answer.get("challenge", ""))
-        status, answer = _post(f"{base}/v1/join", {
-            "challenge": challenge, "nonce": nonce, "node": node, "host": host, "hostname": socket.gethostname(),
-            "nproc": nproc, "proof": mac(token, "join", challenge, nonce, node)}, timeout)
+        status, answer = _post(
+            f"{base}/v1/join",
+            {
+                "challenge": challenge,
+                "nonce": nonce,
+                "node": node,
+                "host": host,
+                "hostname": socket.gethostname(),
+                "nproc": nproc,
+                "proof": mac(token, "join", challenge, nonce, node),
+            },
+            timeout,
+        )
     except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot reach the master at {master} ({getattr(error, 'reason', error)}); is `python -m "
-                          f"trainer master` running there, and is the port open?") from None
+        raise ConfigError(
+            f"cannot reach the master at {master} ({getattr(error, 'reason', error)}); is `python -m "
+            f"trainer master` running there, and is the port open?"
+        ) from None
     if status != 200:
         raise RefusedError(f"refused by the master at {master}: {str(answer.get('detail', f'HTTP {status}'))[:500]}")
     run = answer.get("run")
-    if not isinstance(run, dict) or not hmac.compare_digest(str(answer.get("proof", "")),
-                                                            mac(token, "master", challenge, nonce, digest(run))):
-        raise RefusedError(f"the server at {master} did not prove this run's token: it is not the master you "
-                           f"meant (nothing it sent was used)")
+    if not isinstance(run, dict) or not hmac.compare_digest(
+        str(answer.get("proof", "")), mac(token, "master", challenge, nonce, digest(run))
+    ):
+        raise RefusedError(
+            f"the server at {master} did not prove this run's token: it is not the master you "
+            f"meant (nothing it sent was used)"
+        )
     return node, run

@@ -11,6 +11,7 @@ The master's `NodeMonitor` thread registers the admitted nodes, watches each nod
 logs `Worker connected` / `Worker lost` / `Worker back` and keeps `<run_dir>/nodes.json` (the
 studio's node table) up to date with atomic writes.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trainer.config.checks import ConfigError, short_repr
 from trainer.run.files import atomic_write
@@ -31,7 +33,7 @@ DEFAULT_PORT = 54321
 CLUSTER_SECTIONS = ("master", "workers", "communication")
 HEARTBEAT_SECONDS = 2.0
 LOST_AFTER_SECONDS = 10.0
-KEY = "rl_studio/"          # every key we add to the rendezvous store starts with this, then the run's id
+KEY = "rl_studio/"  # every key we add to the rendezvous store starts with this, then the run's id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,7 +45,7 @@ class ClusterFile:
     host: str | None = None
     port: int = DEFAULT_PORT
     workers: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)   # keys that mean nothing here, said once each
+    notes: list[str] = field(default_factory=list)  # keys that mean nothing here, said once each
 
 
 def split_cluster_file(raw: dict) -> tuple[dict, ClusterFile]:
@@ -54,28 +56,39 @@ def split_cluster_file(raw: dict) -> tuple[dict, ClusterFile]:
     master = _section(raw, "master")
     if "host" in master:
         if not isinstance(master["host"], str) or not master["host"].strip():
-            raise ConfigError(f"master.host must be an address such as \"192.168.1.100\", got {short_repr(master['host'])}")
+            raise ConfigError(
+                f'master.host must be an address such as "192.168.1.100", got {short_repr(master["host"])}'
+            )
         cluster.host = master["host"].strip()
     if "port" in master:
         cluster.port = parse_port(master["port"], "master.port")
-    cluster.notes += [f"master.{name}: not a setting here (master takes host and port); ignored"
-                      for name in master if name not in ("host", "port")]
+    cluster.notes += [
+        f"master.{name}: not a setting here (master takes host and port); ignored"
+        for name in master
+        if name not in ("host", "port")
+    ]
     workers = raw.get("workers") or []
     if not isinstance(workers, list):
         raise ConfigError(f"workers must be a list such as [{{host: 192.168.1.101}}], got {short_repr(workers)}")
     for item in workers:
         host = item.get("host") if isinstance(item, dict) else item
         if not isinstance(host, str):
-            raise ConfigError(f"workers: each entry needs a host, e.g. - host: \"192.168.1.101\"; got {short_repr(item)}")
+            raise ConfigError(f'workers: each entry needs a host, e.g. - host: "192.168.1.101"; got {short_repr(item)}')
         cluster.workers.append(host)
     if cluster.workers:
-        cluster.notes.append(f"workers: {', '.join(cluster.workers)} are not contacted by the master; start the "
-                             f"worker command below on each of them")
+        cluster.notes.append(
+            f"workers: {', '.join(cluster.workers)} are not contacted by the master; start the "
+            f"worker command below on each of them"
+        )
     communication = _section(raw, "communication")
-    meaning = {"protocol": "ranks talk through torch.distributed (gloo on CPU, nccl on GPUs), not {value}",
-               "batch_size": "the batch per rank is num_envs x num_steps, not {value}"}
-    cluster.notes += [f"communication.{name}: {meaning.get(name, 'not a setting here ({value})').format(value=value)}"
-                      f"; ignored" for name, value in communication.items()]
+    meaning = {
+        "protocol": "ranks talk through torch.distributed (gloo on CPU, nccl on GPUs), not {value}",
+        "batch_size": "the batch per rank is num_envs x num_steps, not {value}",
+    }
+    cluster.notes += [
+        f"communication.{name}: {meaning.get(name, 'not a setting here ({value})').format(value=value)}; ignored"
+        for name, value in communication.items()
+    ]
     return train, cluster
 
 
@@ -87,9 +100,15 @@ def _section(raw: dict, name: str) -> dict:
 
 
 def parse_port(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() \
-            or not 1 <= int(value) <= 65535:
-        raise ConfigError(f"{name} must be a TCP port between 1 and 65535 (the guide uses 54321), got {short_repr(value)}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, str))
+        or not str(value).isdigit()
+        or not 1 <= int(value) <= 65535
+    ):
+        raise ConfigError(
+            f"{name} must be a TCP port between 1 and 65535 (the guide uses 54321), got {short_repr(value)}"
+        )
     return int(value)
 
 
@@ -122,12 +141,21 @@ def host_store(host: str, port: int):
         listener.bind((host, port))
     except OSError as error:
         listener.close()
-        raise ConfigError(f"cannot listen on {host}:{port} ({error.strerror}); give an address of this machine "
-                          f"with --host and free ports with --port / --store-port") from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({error.strerror}); give an address of this machine "
+            f"with --host and free ports with --port / --store-port"
+        ) from None
     listener.listen(128)
     listener.set_inheritable(False)
-    store = TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60),
-                     master_listen_fd=listener.detach(), use_libuv=True)
+    store = TCPStore(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=60),
+        master_listen_fd=listener.detach(),
+        use_libuv=True,
+    )
     return store
 
 
@@ -137,8 +165,10 @@ def connect_store(host: str, port: int, timeout: float = 60.0):
     try:
         return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout))
     except (RuntimeError, OSError) as error:
-        raise ConfigError(f"cannot reach the run's store at {host}:{port} ({str(error).splitlines()[0][:200]}); is "
-                          f"its port open on the master?") from None
+        raise ConfigError(
+            f"cannot reach the run's store at {host}:{port} ({str(error).splitlines()[0][:200]}); is "
+            f"its port open on the master?"
+        ) from None
 
 
 def local_address(master_host: str, master_port: int) -> str:
@@ -177,6 +207,7 @@ def pin_collectives_to(address: str) -> str | None:
 
 def start_heartbeat(store, run_id: str, node_id: str) -> threading.Thread:
     """Tell the master's NodeMonitor every HEARTBEAT_SECONDS that this node lives."""
+
     def beat() -> None:
         while True:
             try:
@@ -184,6 +215,7 @@ def start_heartbeat(store, run_id: str, node_id: str) -> threading.Thread:
             except Exception:  # noqa: BLE001 - the master is gone: the agent finds out by itself
                 return
             time.sleep(HEARTBEAT_SECONDS)
+
     thread = threading.Thread(target=beat, name="rl-studio-heartbeat", daemon=True)
     thread.start()
     return thread
@@ -202,7 +234,7 @@ class Node:
     since: float
     last_beat: float
     lost: bool = False
-    beat: str = ""          # the last heartbeat value seen (a change is a beat: no trust in clocks)
+    beat: str = ""  # the last heartbeat value seen (a change is a beat: no trust in clocks)
 
 
 class NodeMonitor:
@@ -210,8 +242,16 @@ class NodeMonitor:
     admitted (trainer/cluster/admission.py), watches their heartbeats in the store, logs connected /
     lost / back lines and writes nodes.json."""
 
-    def __init__(self, store, run_id: str, run_dir: Path, min_nodes: int, max_nodes: int,
-                 log: Callable[[str], None], master_address: str):
+    def __init__(
+        self,
+        store,
+        run_id: str,
+        run_dir: Path,
+        min_nodes: int,
+        max_nodes: int,
+        log: Callable[[str], None],
+        master_address: str,
+    ):
         self.store, self.run_id, self.run_dir = store, run_id, run_dir
         self.min_nodes, self.max_nodes, self.log = min_nodes, max_nodes, log
         self.master_address = master_address
@@ -221,7 +261,7 @@ class NodeMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rl-studio-nodes", daemon=True)
 
-    def start(self) -> "NodeMonitor":
+    def start(self) -> NodeMonitor:
         self._thread.start()
         return self
 
@@ -242,15 +282,22 @@ class NodeMonitor:
         """A node that proved the token (the gate's callback): None, or why it cannot join."""
         with self._lock:
             if len(self.live()) >= self.max_nodes:
-                self.say(f"Worker refused: {address} (the run already has {self.max_nodes} of max_nodes "
-                         f"{self.max_nodes} nodes)")
-                return (f"the run already has its max_nodes ({self.max_nodes}) nodes; start the worker again when "
-                        f"one leaves, or raise max_nodes on the master")
+                self.say(
+                    f"Worker refused: {address} (the run already has {self.max_nodes} of max_nodes "
+                    f"{self.max_nodes} nodes)"
+                )
+                return (
+                    f"the run already has its max_nodes ({self.max_nodes}) nodes; start the worker again when "
+                    f"one leaves, or raise max_nodes on the master"
+                )
             now = time.time()
-            self.nodes[request["node"]] = Node(request["node"], address, request["hostname"][:100],
-                                               int(request["nproc"]), now, now)
-            self.say(f"Worker connected: {address} ({request['nproc']} processes); "
-                     f"{len(self.live())} of {self.min_nodes}..{self.max_nodes} nodes")
+            self.nodes[request["node"]] = Node(
+                request["node"], address, request["hostname"][:100], int(request["nproc"]), now, now
+            )
+            self.say(
+                f"Worker connected: {address} ({request['nproc']} processes); "
+                f"{len(self.live())} of {self.min_nodes}..{self.max_nodes} nodes"
+            )
             return None
 
     def _run(self) -> None:
@@ -273,8 +320,10 @@ class NodeMonitor:
                     node.beat, node.last_beat = beat, now
                     if node.lost:
                         node.lost = False
-                        self.say(f"Worker back: {node.host} (heartbeats again); {len(self.live())} of "
-                                 f"{self.min_nodes}..{self.max_nodes} nodes")
+                        self.say(
+                            f"Worker back: {node.host} (heartbeats again); {len(self.live())} of "
+                            f"{self.min_nodes}..{self.max_nodes} nodes"
+                        )
                 elif not node.lost and now - node.last_beat > LOST_AFTER_SECONDS:
                     node.lost = True
                     self.say(f"Worker lost: {node.host}")
@@ -285,13 +334,33 @@ class NodeMonitor:
         fps = _last_fps(events_path(self.run_dir))
         live = self.live()
         world = sum(node.nproc for node in live)
-        rows = [{"host": node.host, "hostname": node.hostname, "ranks": node.nproc,
-                 "steps_per_second": round(fps * node.nproc / world, 1) if fps and world else None,
-                 "connected_since": node.since, "lost": node.lost} for node in self.nodes.values()]
-        atomic_write(nodes_path(self.run_dir), json.dumps({
-            "master": self.master_address, "world_size": world, "nodes": rows, "log": self.lines,
-            "min_nodes": self.min_nodes, "max_nodes": self.max_nodes, "finished": finished,
-            "updated": time.time()}, indent=1))
+        rows = [
+            {
+                "host": node.host,
+                "hostname": node.hostname,
+                "ranks": node.nproc,
+                "steps_per_second": round(fps * node.nproc / world, 1) if fps and world else None,
+                "connected_since": node.since,
+                "lost": node.lost,
+            }
+            for node in self.nodes.values()
+        ]
+        atomic_write(
+            nodes_path(self.run_dir),
+            json.dumps(
+                {
+                    "master": self.master_address,
+                    "world_size": world,
+                    "nodes": rows,
+                    "log": self.lines,
+                    "min_nodes": self.min_nodes,
+                    "max_nodes": self.max_nodes,
+                    "finished": finished,
+                    "updated": time.time(),
+                },
+                indent=1,
+            ),
+        )
 
 
 def _last_fps(metrics: Path) -> float | None:

@@ -17,6 +17,7 @@ A run on several processes (`nproc_per_node` > 1) or one that accepts workers (`
 gets `run_launched` instead: that process becomes the run's master through the CLI's own elastic
 launcher (trainer.cluster.launch.host_run), so the studio has no launcher of its own.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,8 @@ class _EndWatcher:
 
 
 def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False) -> None:
-    from trainer.run.events import QueueSink
     from trainer.cluster.signals import StopRequest
+    from trainer.run.events import QueueSink
 
     watcher = _EndWatcher()
     sinks = [watcher] + ([QueueSink(queue)] if queue is not None else [])
@@ -89,9 +90,17 @@ def _report_unstarted(run_dir: str | None, sinks: list, status: str, error: Base
     bus.close()
 
 
-def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False,
-                 host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 allow_custom_envs: bool = False) -> None:
+def run_launched(
+    config_dict: dict,
+    run_dir: str,
+    queue=None,
+    stop_event=None,
+    resume: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    allow_custom_envs: bool = False,
+) -> None:
     """A studio run on several processes or machines. This process hosts the rendezvous on
     host:port and runs the elastic agent of this machine's ranks, exactly as
     `python -m trainer --nproc N` / `python -m trainer master` do (port 0: a free one). The ranks
@@ -104,11 +113,11 @@ def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
     that started the run is told it)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from trainer.config.keys import config_from_dict
-    from trainer.run.events import EventBus, LogSink
     from trainer.cluster.launch import free_port, host_run, ranks_wanted
-    from trainer.run.layout import log_path
     from trainer.cluster.signals import StopRequest
+    from trainer.config.validation import config_from_dict
+    from trainer.run.events import EventBus, LogSink
+    from trainer.run.layout import log_path
 
     def hidden(line: str) -> str:
         return line.replace(token, "<token: shown on the page that started the run>") if token else line
@@ -137,9 +146,17 @@ def run_launched(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
     status, failure = None, None
     try:
         config = config_from_dict(config_dict)
-        code = host_run(config, Path(run_dir), host, port or free_port(host), token,
-                        ranks_wanted(config, None), say=say, allow_custom_envs=allow_custom_envs,
-                        flag="`python app.py --allow-custom-envs`")
+        code = host_run(
+            config,
+            Path(run_dir),
+            host,
+            port or free_port(host),
+            token,
+            ranks_wanted(config, None),
+            say=say,
+            allow_custom_envs=allow_custom_envs,
+            flag="`python app.py --allow-custom-envs`",
+        )
         status = None if code == 0 else "stopped" if stop.reason else "failed"  # host_run says why
     except SignalException:
         status = "stopped"

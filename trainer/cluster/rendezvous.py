@@ -7,12 +7,13 @@ every state written here carries HMAC(key, state), the key derived from the toke
 without a valid MAC (a node that was not admitted, or a value planted in the store) is never
 unpickled. It is refused, logged, and the next write of an admitted agent replaces it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import hmac
 import pickle
-from typing import Callable
+from collections.abc import Callable
 
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
@@ -31,7 +32,7 @@ class SignedBackend(C10dRendezvousBackend):
         super().__init__(store, run_id)
         self._mac_key, self._on_refused = key, on_refused
         self._last_good: bytes | None = None
-        self._refused: bytes | None = None   # the intruder's value last refused (said once)
+        self._refused: bytes | None = None  # the intruder's value last refused (said once)
 
     @property
     def name(self) -> str:
@@ -58,8 +59,10 @@ class SignedBackend(C10dRendezvousBackend):
             return state, token
         if self._refused != token:
             self._refused = token
-            self._on_refused("refused: the rendezvous state was written by a node that was not admitted (no valid "
-                             "signature); it was not loaded, and this agent writes the last good state over it")
+            self._on_refused(
+                "refused: the rendezvous state was written by a node that was not admitted (no valid "
+                "signature); it was not loaded, and this agent writes the last good state over it"
+            )
         # The intruder's token with a state we trust: the handler's next write replaces the intruder's.
         return (self._last_good if self._last_good is not None else _empty_state()), token
 
@@ -80,9 +83,9 @@ def register_signed_rendezvous(token: str, say: Callable[[str], None]) -> str:
         _, store = create_backend(params)
         backend = SignedBackend(store, params.run_id, state_key(token, params.run_id), say)
         handler = create_handler(store, backend, params)
-        handler.get_backend = lambda: BACKEND_NAME   # the registry checks the handler answers to its name
+        handler.get_backend = lambda: BACKEND_NAME  # the registry checks the handler answers to its name
         return handler
 
-    rendezvous_handler_registry._registry.pop(BACKEND_NAME, None)   # this process's token, not an earlier one
+    rendezvous_handler_registry._registry.pop(BACKEND_NAME, None)  # this process's token, not an earlier one
     rendezvous_handler_registry.register(BACKEND_NAME, create)
     return BACKEND_NAME

@@ -10,6 +10,7 @@ A clean stop ends the current update, saves a checkpoint and the final model and
 `end` event, so a trainer never outlives (or is orphaned by) the studio that started it, and a
 restarted studio stops a trainer it adopted with SIGTERM.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -44,6 +45,7 @@ class StopRequest:
     def install_signals(self) -> bool:
         """SIGTERM and SIGINT ask for a stop; a second SIGINT aborts at once. False when this is
         not the main thread (Python only lets the main thread install handlers)."""
+
         def on_signal(signum: int, frame: Any) -> None:
             if self.reason is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt

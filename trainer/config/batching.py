@@ -5,7 +5,10 @@ are derived from which, and the messages when they do not fit together.
     mini_batch_size  samples per gradient step; an update makes
                      update_epochs x (batch_size / mini_batch_size) gradient steps
 """
+
 from __future__ import annotations
+
+from typing import Any
 
 DEFAULT_NUM_STEPS = 128
 DEFAULT_MINI_BATCH_SIZE = 256
@@ -30,9 +33,9 @@ def _largest_divisor_up_to(number: int, limit: int) -> int:
     return next(d for d in range(min(limit, number), 0, -1) if number % d == 0)
 
 
-def resolve_batch_sizes(config: "TrainConfig", problems: list[str]) -> None:
-    """Fill num_steps / batch_size / mini_batch_size / num_minibatches from whichever were given,
-    or append what does not fit together to `problems`."""
+def resolve_batch_sizes(config: Any, problems: list[str]) -> None:
+    """Fill num_steps / batch_size / mini_batch_size / num_minibatches of a TrainConfig from whichever
+    were given, or append what does not fit together to `problems`."""
     num_envs = config.num_envs
     if config.num_steps is not None and config.batch_size is not None:
         if config.num_steps * num_envs != config.batch_size:
@@ -40,7 +43,8 @@ def resolve_batch_sizes(config: "TrainConfig", problems: list[str]) -> None:
                 f"batch_size ({config.batch_size}) must equal num_envs x num_steps "
                 f"({num_envs} x {config.num_steps} = {num_envs * config.num_steps}). "
                 f"batch_size is the number of samples per update; give only one of num_steps and "
-                f"batch_size (the other is derived), or make them agree")
+                f"batch_size (the other is derived), or make them agree"
+            )
             return
     elif config.batch_size is not None:
         if config.batch_size % num_envs:
@@ -48,7 +52,8 @@ def resolve_batch_sizes(config: "TrainConfig", problems: list[str]) -> None:
             problems.append(
                 f"batch_size ({config.batch_size}) must be a multiple of num_envs ({num_envs}): each update "
                 f"collects num_steps steps from every env. Use batch_size {lower} or {lower + num_envs}, "
-                f"or set num_steps instead")
+                f"or set num_steps instead"
+            )
             return
         config.num_steps = config.batch_size // num_envs
     else:
@@ -60,32 +65,33 @@ def resolve_batch_sizes(config: "TrainConfig", problems: list[str]) -> None:
         if config.mini_batch_size * config.num_minibatches != batch_size:
             problems.append(
                 f"mini_batch_size ({config.mini_batch_size}) x num_minibatches ({config.num_minibatches}) must "
-                f"equal batch_size ({batch_size}); give only one of mini_batch_size and num_minibatches")
+                f"equal batch_size ({batch_size}); give only one of mini_batch_size and num_minibatches"
+            )
             return
     elif config.num_minibatches is not None:
         if config.num_minibatches > batch_size or batch_size % config.num_minibatches:
             choices = _divisors_near(batch_size, config.num_minibatches)
             problems.append(
                 f"num_minibatches ({config.num_minibatches}) must divide batch_size ({batch_size}) evenly; "
-                f"values that do: {', '.join(map(str, choices))}")
+                f"values that do: {', '.join(map(str, choices))}"
+            )
             return
         config.mini_batch_size = batch_size // config.num_minibatches
-    elif config.mini_batch_size is None:
-        if config.algo == "a2c":
-            config.mini_batch_size = batch_size
-        else:
-            config.mini_batch_size = _largest_divisor_up_to(batch_size, DEFAULT_MINI_BATCH_SIZE)
+    elif config.mini_batch_size is None:  # an algorithm's check may choose another (a2c: the whole batch)
+        config.mini_batch_size = _largest_divisor_up_to(batch_size, DEFAULT_MINI_BATCH_SIZE)
     mini = config.mini_batch_size
     if mini > batch_size:
         problems.append(
             f"mini_batch_size ({mini}) is larger than batch_size ({batch_size} = num_envs {num_envs} x "
             f"num_steps {config.num_steps}); mini_batch_size is the samples per gradient step, taken from "
-            f"the batch of one update. Lower mini_batch_size or raise num_envs / num_steps")
+            f"the batch of one update. Lower mini_batch_size or raise num_envs / num_steps"
+        )
         return
     if batch_size % mini:
         choices = _divisors_near(batch_size, mini)
         problems.append(
             f"mini_batch_size ({mini}) must divide batch_size ({batch_size} = num_envs {num_envs} x num_steps "
-            f"{config.num_steps}) evenly; nearby values that do: {', '.join(map(str, choices))}")
+            f"{config.num_steps}) evenly; nearby values that do: {', '.join(map(str, choices))}"
+        )
         return
     config.num_minibatches = batch_size // mini

@@ -5,6 +5,7 @@ the value and the rule. A check also says how the studio shows the key (`kind`, 
     Integer(minimum=1, maximum=10**6)("num_envs", "64")   -> 64
     Real(0.0, 1.0)("gamma", 1.5)                           -> ConfigError: gamma must be in [0.0, 1.0], got 1.5
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,8 @@ class ConfigError(ValueError):
 
 
 def did_you_mean(word: object, candidates, prefix: str = "") -> str:
-    """The one "Did you mean ...?" rule (envs.base.closest_name), imported when a value is refused."""
-    from envs.base import did_you_mean
+    """The one "Did you mean ...?" rule (envs.names.closest_name), imported when a value is refused."""
+    from envs.names import did_you_mean
 
     return did_you_mean(word, candidates, prefix)
 
@@ -27,7 +28,7 @@ def did_you_mean(word: object, candidates, prefix: str = "") -> str:
 def short_repr(value: Any, limit: int = 80) -> str:
     """repr() cut to `limit` characters: error messages quote values, never whole documents."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 5] + " ...)"
+    return text if len(text) <= limit else text[: limit - 5] + " ...)"
 
 
 def number_from_text(value: Any) -> Any:
@@ -157,7 +158,8 @@ class ModelType(Choice):
             raise ConfigError(
                 f"model_type {short_repr(value)} looks like a language model; language models are not policies "
                 f"here. The policy is a small network trained from scratch on the game's observations. "
-                f"model_type must be one of: {listing}")
+                f"model_type must be one of: {listing}"
+            )
         hint = did_you_mean(value, self.choices)
         raise ConfigError(f"unknown model_type {short_repr(value)}.{hint} model_type must be one of: {listing}")
 
@@ -189,11 +191,14 @@ class Device(Check):
                 raise ConfigError(
                     f"device {text!r} asked for, but this machine has no usable CUDA GPU "
                     f"(torch.cuda.is_available() is False). Use device: auto (the GPU when there is one, "
-                    f"else the CPU) or device: cpu")
+                    f"else the CPU) or device: cpu"
+                )
             count = torch.cuda.device_count()
             if int(text.partition(":")[2] or 0) >= count:
-                raise ConfigError(f"device {text!r} does not exist: this machine has {count} "
-                                  f"CUDA device(s), cuda:0 to cuda:{count - 1}")
+                raise ConfigError(
+                    f"device {text!r} does not exist: this machine has {count} "
+                    f"CUDA device(s), cuda:0 to cuda:{count - 1}"
+                )
         return text
 
 
@@ -274,8 +279,12 @@ class DeviceIds(Check):
         if isinstance(value, str) and len(value) <= 200:
             parts = [part for part in value.replace(" ", "").split(",") if part]
             value = [int(part) for part in parts] if all(part.isdigit() for part in parts) else value
-        if not isinstance(value, (list, tuple)) or not value or len(value) > 1024 or not all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in value):
+        if (
+            not isinstance(value, (list, tuple))
+            or not value
+            or len(value) > 1024
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in value)
+        ):
             raise ConfigError(f"{key} must be a list of CUDA device numbers such as [0, 1], got {short_repr(value)}")
         return list(value)
 
@@ -289,8 +298,15 @@ class Sizes(Check):
     kind = "yaml"
 
     def clean(self, key: str, value: Any) -> list:
-        if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 16 or not all(
-                isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= self.maximum for size in value):
-            raise ConfigError(f"{key} must be a list of 1 to 16 layer sizes from 1 to {self.maximum}, such as "
-                              f"[128, 128], got {short_repr(value)}")
+        if (
+            not isinstance(value, (list, tuple))
+            or not 1 <= len(value) <= 16
+            or not all(
+                isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= self.maximum for size in value
+            )
+        ):
+            raise ConfigError(
+                f"{key} must be a list of 1 to 16 layer sizes from 1 to {self.maximum}, such as "
+                f"[128, 128], got {short_repr(value)}"
+            )
         return list(value)

@@ -9,14 +9,17 @@ game (configs/<game>.yaml), or for any other env the defaults for its kind of ac
 The CLI (`load_config`), the Python API and the studio's form all go through these functions, so
 one env starts from the same settings everywhere.
 """
+
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 from typing import Any
 
-from trainer.config.keys import (KEY_ALIASES, TrainConfig, config_from_dict, markdown_value, merge_settings, parse_override,
-                                 read_yaml_mapping)
+from trainer.config.keys import KEY_ALIASES, TrainConfig
+from trainer.config.loading import merge_settings, parse_override, read_yaml_mapping
+from trainer.config.reference import markdown_value
+from trainer.config.validation import config_from_dict
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"  # the shipped, tuned configs
 
@@ -25,7 +28,7 @@ def shipped_config_path(env_name: str) -> Path | None:
     """configs/<game>.yaml for a built-in game (by its canonical name), else None. User text never
     becomes part of a path: only the names the env registry knows do."""
     from envs import builtin_env_names, resolve_env_name
-    from envs.base import EnvError
+    from envs.errors import EnvError
 
     try:
         canonical = resolve_env_name(env_name)
@@ -72,8 +75,18 @@ UNTUNED_DEFAULTS: dict[str, dict[str, Any]] = {
     # epochs, no entropy bonus (the Gaussian's state-independent log-std is learned),
     # normalised observations and rewards. gamma 0.9 is short-sighted on purpose: torques pay
     # off within a few steps; long-horizon tasks (locomotion) want 0.99.
-    "continuous": {"num_envs": 4, "num_steps": 1024, "update_epochs": 10, "learning_rate": 1e-3, "gamma": 0.9,
-                   "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.0, "norm_obs": True, "norm_reward": True},
+    "continuous": {
+        "num_envs": 4,
+        "num_steps": 1024,
+        "update_epochs": 10,
+        "learning_rate": 1e-3,
+        "gamma": 0.9,
+        "gae_lambda": 0.95,
+        "clip_coef": 0.2,
+        "ent_coef": 0.0,
+        "norm_obs": True,
+        "norm_reward": True,
+    },
 }
 
 
@@ -93,13 +106,15 @@ def with_untuned_defaults(settings: dict) -> dict:
         given.add("num_steps")
     if all(name in given for table in UNTUNED_DEFAULTS.values() for name in table):
         return settings
-    env_name = next((value for name, value in settings.items() if KEY_ALIASES.get(str(name), name) == "env_name"),
-                    TrainConfig.env_name)
+    env_name = next(
+        (value for name, value in settings.items() if KEY_ALIASES.get(str(name), name) == "env_name"),
+        TrainConfig.env_name,
+    )
     return merge_settings(untuned_defaults(env_name), settings)
 
 
 def action_kind(action_space: Any) -> str | None:
-    """"discrete" (a gymnasium Discrete), "continuous" (a Box), None for anything else."""
+    """ "discrete" (a gymnasium Discrete), "continuous" (a Box), None for anything else."""
     return {"Discrete": "discrete", "Box": "continuous"}.get(type(action_space).__name__)
 
 
@@ -110,7 +125,7 @@ def action_kind_of_env(env_name: Any) -> str | None:
     permission, which is checked later) and for a name or env that does not build (the error is
     reported when the run builds it)."""
     from envs import make_vec_env, resolve_env_name
-    from envs.base import EnvError
+    from envs.errors import EnvError
     from envs.registry import GYM_PREFIX
 
     if not isinstance(env_name, str):
@@ -129,8 +144,6 @@ def action_kind_of_env(env_name: Any) -> str | None:
         return action_kind(env.single_action_space)
     finally:
         env.close()
-
-
 
 
 def untuned_defaults_markdown() -> str:

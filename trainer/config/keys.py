@@ -4,38 +4,54 @@ line, validated in one place with errors a person can act on.
     from trainer.config.defaults import load_config
     config = load_config("configs/cartpole.yaml", overrides=["learning_rate=1e-3"])
 
+This file holds the declarations (`key(...)`, `TrainConfig`); beside it: loading.py (YAML,
+`--set`, merging settings), validation.py (`config_from_dict`) and reference.py (the tables).
 Each key below is one `key(...)` declaration: its default, help text (the config reference;
 `docs/config.md` is built from it), check (`trainer/config/checks.py`: type, range, and which
 studio control shows it) and studio group. The studio's form, `--set`, YAML loading, the Python
 API and `UpdateSettings.from_config` are all derived from these declarations.
 
 An algorithm's own keys (PPO's `clip_coef`, ...) are declared the same way beside the algorithm
-(trainer/algos/) and handed to `ALGORITHM_TABLE` below when it registers: this room sits below
+(trainer/algos/) and handed to `ALGORITHM_TABLE` (algorithm_keys.py) when it registers: this room sits below
 the algorithms and never imports them. A config holds the keys of its `algo` only, read as
 `config.clip_coef` and written flat in YAML like every other key.
 
-Batch vocabulary (the same in the README and in the error messages):
-
-    batch_size       samples collected per update  = num_envs x num_steps
-    mini_batch_size  samples per gradient step; an update makes
-                     update_epochs x (batch_size / mini_batch_size) gradient steps
-
-Give `num_steps` or `batch_size` (the other is derived), or both if they agree.
+The batch vocabulary (batch_size, mini_batch_size, ...) and its one rule: trainer/config/batching.py.
 """
+
 from __future__ import annotations
 
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from trainer.config.checks import (Boolean, Check, Choice, ConfigError, Device, DeviceIds, EntryPoints, Integer, Mapping,
-                            ModelType, Real, Sizes, Text, VectorEnv, WorkerCount, did_you_mean, short_repr)
-from trainer.config.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS, resolve_batch_sizes
-from trainer.config.permissions import (CodePermissionError, code_entry_points,  # noqa: F401 (re-exported)
-                                 require_code_permission)
-from trainer.config.safe_yaml import YamlError, dump_yaml, load_yaml_file, load_yaml_text
+from trainer.config.algorithm_keys import (
+    ALGORITHM_TABLE,
+    AlgorithmEntry,
+    ConfigCheck,
+    RegisteredAlgorithm,
+    add_algorithm,
+    algorithm_keys,
+    algorithms_with_key,
+)
+from trainer.config.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS
+from trainer.config.checks import (
+    Boolean,
+    Check,
+    Choice,
+    Device,
+    DeviceIds,
+    EntryPoints,
+    Integer,
+    Mapping,
+    ModelType,
+    Real,
+    Sizes,
+    Text,
+    VectorEnv,
+    WorkerCount,
+)
 
 MODEL_TYPES = {
     "ppo-small": "MLP, two hidden layers of 64 (actor and critic each)",
@@ -49,13 +65,21 @@ DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
 # Where the studio shows a key: "basic" above the Advanced section, or an Advanced group title,
 # in this order. A key without a group is not in the form and says why (`studio_note`).
 BASIC = "basic"
-STUDIO_GROUPS = (BASIC, "Rollout and optimiser", "PPO", "Normalisation and prioritised minibatches",
-                 "Environment options", "Processes and cluster", "Checkpoints, GIFs and logs")
+STUDIO_GROUPS = (
+    BASIC,
+    "Rollout and optimiser",
+    "PPO",
+    "Normalisation and prioritised minibatches",
+    "Environment options",
+    "Processes and cluster",
+    "Checkpoints, GIFs and logs",
+)
 ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, CLUSTER, OUTPUTS = STUDIO_GROUPS[1:]
 
 
-def key(default: Any, help: str, check: Check, group: str | None = None, studio_note: str | None = None,
-        factory: Any = None) -> Any:
+def key(
+    default: Any, help: str, check: Check, group: str | None = None, studio_note: str | None = None, factory: Any = None
+) -> Any:
     """Declare one config key: all that is known about it, in one place."""
     assert (group is None) != (studio_note is None), "a key is in the form or says why not"
     metadata = {"help": help, "check": check, "group": group, "studio_note": studio_note}
@@ -64,43 +88,37 @@ def key(default: Any, help: str, check: Check, group: str | None = None, studio_
     return field(default=default, metadata=metadata)
 
 
-class RegisteredAlgorithm(Check):
-    """The `algo` key's check: one of the algorithms in ALGORITHM_TABLE when the value is checked
-    (they register after this module is imported, so the choices are looked up, not stored)."""
-
-    kind = "choice"
-
-    def __init__(self) -> None:  # no fields of its own
-        pass
-
-    @property
-    def choices(self) -> tuple[str, ...]:
-        return tuple(ALGORITHM_TABLE)
-
-    def clean(self, key: str, value: Any) -> str:
-        if isinstance(value, str) and value.strip().lower() in ALGORITHM_TABLE:
-            return value.strip().lower()
-        hint = did_you_mean(value, self.choices)
-        listing = "; ".join(f"{entry.name} ({entry.summary})" for entry in ALGORITHM_TABLE.values())
-        raise ConfigError(f"{key} must be one of {', '.join(self.choices)}, got {short_repr(value)}.{hint} "
-                          f"The algorithms: {listing}")
-
-
 @dataclass
 class CheckpointConfig:
-    interval: int = key(50, "Save a checkpoint every this many updates (0: only when the run ends or is stopped).",
-                        Integer(minimum=0, maximum=10**9), OUTPUTS)
-    path: str | None = key(None, "Folder for checkpoints; relative paths are inside the run directory. "
-                                 "Default: `<run_dir>/checkpoints`.", Text(optional=True, max_length=4096),
-                           studio_note="the studio always keeps checkpoints inside the run folder")
-    keep: int = key(3, "Keep the last this many checkpoints (older ones are deleted).",
-                    Integer(maximum=10_000), OUTPUTS)
-    keep_best: bool = key(True, "Also keep the checkpoint with the best `recent_return_mean` (recorded in "
-                          "`best.json` beside the checkpoints), however old; resume still takes the newest.",
-                          Boolean(), OUTPUTS)
-    interval_seconds: float = key(0.0, "Also save a checkpoint when this many seconds have passed since the last "
-                                  "one (0: off). Bounds the work a crash or an elastic restart redoes.",
-                                  Real(0.0, 10.0**7), OUTPUTS)
+    interval: int = key(
+        50,
+        "Save a checkpoint every this many updates (0: only when the run ends or is stopped).",
+        Integer(minimum=0, maximum=10**9),
+        OUTPUTS,
+    )
+    path: str | None = key(
+        None,
+        "Folder for checkpoints; relative paths are inside the run directory. Default: `<run_dir>/checkpoints`.",
+        Text(optional=True, max_length=4096),
+        studio_note="the studio always keeps checkpoints inside the run folder",
+    )
+    keep: int = key(
+        3, "Keep the last this many checkpoints (older ones are deleted).", Integer(maximum=10_000), OUTPUTS
+    )
+    keep_best: bool = key(
+        True,
+        "Also keep the checkpoint with the best `recent_return_mean` (recorded in "
+        "`best.json` beside the checkpoints), however old; resume still takes the newest.",
+        Boolean(),
+        OUTPUTS,
+    )
+    interval_seconds: float = key(
+        0.0,
+        "Also save a checkpoint when this many seconds have passed since the last "
+        "one (0: off). Bounds the work a crash or an elastic restart redoes.",
+        Real(0.0, 10.0**7),
+        OUTPUTS,
+    )
 
 
 MODEL_TYPE_HELP = "Policy network: " + "; ".join(f"`{name}` {text}" for name, text in MODEL_TYPES.items()) + "."
@@ -109,103 +127,228 @@ MODEL_TYPE_HELP = "Policy network: " + "; ".join(f"`{name}` {text}" for name, te
 @dataclass
 class TrainConfig:
     # --- what to train --------------------------------------------------------------------
-    env_name: str = key("cartpole", "Environment: `cartpole`, `flappy_bird`, `snake` (or aliases such as "
-                        "`CartPole-v1`, `FlappyBirdPygame-v0`), any Gymnasium id (`Acrobot-v1`) or "
-                        "`package.module:Class`.", Text(), BASIC)
-    env_kwargs: dict = key(None, "Options passed to the environment, e.g. `{grid_size: 12}` for snake.",
-                           Mapping(), ENVIRONMENT, factory=dict)
-    wrappers: list = key(None, "Gymnasium wrappers `package.module:WrapperClass` applied to every env "
-                         "(built-ins then run through the Gymnasium adapter).", EntryPoints(), ENVIRONMENT,
-                         factory=list)
-    model_type: str = key("ppo-small", MODEL_TYPE_HELP,
-                          ModelType(choices=tuple(MODEL_TYPES), described=tuple(MODEL_TYPES.items())), BASIC)
-    hidden_sizes: list | None = key(None, "Hidden layer sizes of an MLP policy, e.g. `[128, 128]`, instead of "
-                                    "`model_type`'s (null: as `model_type` says).", Sizes(), ROLLOUT)
-    algo: str = key("ppo", "Learning algorithm: `ppo` (clipped surrogate, several epochs), `a2c` (one unclipped pass "
-                    "per rollout), or another one registered (trainer/algos/registry.py). Its own keys follow.",
-                    RegisteredAlgorithm(), ROLLOUT)
-    seed: int = key(1, "Seeds the envs, the network initialisation and the action sampling: same seed, same run "
-                       "(on CPU).", Integer(minimum=0, maximum=2**31 - 1), BASIC)
+    env_name: str = key(
+        "cartpole",
+        "Environment: `cartpole`, `flappy_bird`, `snake` (or aliases such as "
+        "`CartPole-v1`, `FlappyBirdPygame-v0`), any Gymnasium id (`Acrobot-v1`) or "
+        "`package.module:Class`.",
+        Text(),
+        BASIC,
+    )
+    env_kwargs: dict = key(
+        None,
+        "Options passed to the environment, e.g. `{grid_size: 12}` for snake.",
+        Mapping(),
+        ENVIRONMENT,
+        factory=dict,
+    )
+    wrappers: list = key(
+        None,
+        "Gymnasium wrappers `package.module:WrapperClass` applied to every env "
+        "(built-ins then run through the Gymnasium adapter).",
+        EntryPoints(),
+        ENVIRONMENT,
+        factory=list,
+    )
+    model_type: str = key(
+        "ppo-small", MODEL_TYPE_HELP, ModelType(choices=tuple(MODEL_TYPES), described=tuple(MODEL_TYPES.items())), BASIC
+    )
+    hidden_sizes: list | None = key(
+        None,
+        "Hidden layer sizes of an MLP policy, e.g. `[128, 128]`, instead of "
+        "`model_type`'s (null: as `model_type` says).",
+        Sizes(),
+        ROLLOUT,
+    )
+    algo: str = key(
+        "ppo",
+        "Learning algorithm: `ppo` (clipped surrogate, several epochs), `a2c` (one unclipped pass "
+        "per rollout), or another one registered (trainer/algos/registry.py). Its own keys follow.",
+        RegisteredAlgorithm(),
+        ROLLOUT,
+    )
+    seed: int = key(
+        1,
+        "Seeds the envs, the network initialisation and the action sampling: same seed, same run (on CPU).",
+        Integer(minimum=0, maximum=2**31 - 1),
+        BASIC,
+    )
     device: str = key("auto", "`auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`.", Device(), BASIC)
-    total_timesteps: int = key(1_000_000, "Environment steps to train for, summed over all envs (alias: "
-                               "`max_steps`). Rounded up to a whole number of updates.",
-                               Integer(maximum=10**13), BASIC)
+    total_timesteps: int = key(
+        1_000_000,
+        "Environment steps to train for, summed over all envs (alias: "
+        "`max_steps`). Rounded up to a whole number of updates.",
+        Integer(maximum=10**13),
+        BASIC,
+    )
     # --- how much data per update ---------------------------------------------------------
-    num_envs: int = key(64, "Environments stepped in parallel (per process when distributed).",
-                        Integer(maximum=2**20), BASIC)
-    num_steps: int | None = key(None, f"Steps collected from every env per update (rollout length). Default: "
-                                f"derived from `batch_size`, else {DEFAULT_NUM_STEPS}.",
-                                Integer(maximum=100_000, optional=True), ROLLOUT)
-    batch_size: int | None = key(None, "Samples per update = `num_envs x num_steps`. Give this or `num_steps`; "
-                                 "the other is derived.", Integer(maximum=2**40, optional=True),
-                                 studio_note="derived: num_envs x num_steps (shown under the form)")
-    mini_batch_size: int | None = key(None, f"Samples per gradient step; must divide `batch_size`. Default: "
-                                      f"{DEFAULT_MINI_BATCH_SIZE} (or the largest divisor of `batch_size` below "
-                                      f"it); `a2c`: the whole batch.", Integer(maximum=2**40, optional=True),
-                                      ROLLOUT)
-    num_minibatches: int | None = key(None, "CleanRL's way to say the same thing: `mini_batch_size = batch_size / "
-                                      "num_minibatches`.", Integer(maximum=2**40, optional=True),
-                                      studio_note="derived: batch_size / mini_batch_size")
+    num_envs: int = key(
+        64, "Environments stepped in parallel (per process when distributed).", Integer(maximum=2**20), BASIC
+    )
+    num_steps: int | None = key(
+        None,
+        f"Steps collected from every env per update (rollout length). Default: "
+        f"derived from `batch_size`, else {DEFAULT_NUM_STEPS}.",
+        Integer(maximum=100_000, optional=True),
+        ROLLOUT,
+    )
+    batch_size: int | None = key(
+        None,
+        "Samples per update = `num_envs x num_steps`. Give this or `num_steps`; the other is derived.",
+        Integer(maximum=2**40, optional=True),
+        studio_note="derived: num_envs x num_steps (shown under the form)",
+    )
+    mini_batch_size: int | None = key(
+        None,
+        f"Samples per gradient step; must divide `batch_size`. Default: "
+        f"{DEFAULT_MINI_BATCH_SIZE} (or the largest divisor of `batch_size` below "
+        f"it); `a2c`: the whole batch.",
+        Integer(maximum=2**40, optional=True),
+        ROLLOUT,
+    )
+    num_minibatches: int | None = key(
+        None,
+        "CleanRL's way to say the same thing: `mini_batch_size = batch_size / num_minibatches`.",
+        Integer(maximum=2**40, optional=True),
+        studio_note="derived: batch_size / mini_batch_size",
+    )
     # --- the optimiser --------------------------------------------------------------------------
-    learning_rate: float = key(2.5e-4, "Adam step size (before `lr_scaling`).", Real(0.0, 1.0, low_open=True),
-                               ROLLOUT)
+    learning_rate: float = key(2.5e-4, "Adam step size (before `lr_scaling`).", Real(0.0, 1.0, low_open=True), ROLLOUT)
     anneal_lr: bool = key(True, "Decay the learning rate linearly to 0 over the run.", Boolean(), ROLLOUT)
-    lr_scaling: str = key("none", "`sqrt`: learning rate x sqrt(samples per gradient step / `lr_reference_batch`) "
-                          "(the guides' rule of thumb for bigger batches); `linear`: x the ratio; `none`: as "
-                          "given. Samples per gradient step = `mini_batch_size` x number of processes.",
-                          Choice(choices=LR_SCALING_RULES, off="none"), ROLLOUT)
-    lr_reference_batch: int = key(256, "The samples per gradient step that `learning_rate` was tuned for (used by "
-                                  "`lr_scaling`).", Integer(maximum=2**40), ROLLOUT)
+    lr_scaling: str = key(
+        "none",
+        "`sqrt`: learning rate x sqrt(samples per gradient step / `lr_reference_batch`) "
+        "(the guides' rule of thumb for bigger batches); `linear`: x the ratio; `none`: as "
+        "given. Samples per gradient step = `mini_batch_size` x number of processes.",
+        Choice(choices=LR_SCALING_RULES, off="none"),
+        ROLLOUT,
+    )
+    lr_reference_batch: int = key(
+        256,
+        "The samples per gradient step that `learning_rate` was tuned for (used by `lr_scaling`).",
+        Integer(maximum=2**40),
+        ROLLOUT,
+    )
     gamma: float = key(0.99, "Discount factor.", Real(0.0, 1.0), PPO)
-    norm_obs: bool = key(False, "Normalise observations with running mean / std (saved in the model).",
-                         Boolean(), NORMALISATION)
-    norm_reward: bool = key(False, "Scale rewards by the running std of the discounted return.",
-                            Boolean(), NORMALISATION)
+    norm_obs: bool = key(
+        False, "Normalise observations with running mean / std (saved in the model).", Boolean(), NORMALISATION
+    )
+    norm_reward: bool = key(
+        False, "Scale rewards by the running std of the discounted return.", Boolean(), NORMALISATION
+    )
     # --- where and how it runs -------------------------------------------------------------
-    vector_env: bool | str | None = key(None, "Gymnasium envs only: `pool` (our shared-memory worker pool: "
-                                        "`num_workers` processes share the envs), `async_pool` (the pool in two "
-                                        "halves, stepping one while the policy acts on the other), `sync` (in this "
-                                        "process), `async` (Gymnasium's AsyncVectorEnv, one process per env); true "
-                                        "or null with `num_workers` > 1: `pool`. Built-in games are already "
-                                        "batched tensor envs and ignore it.", VectorEnv(), ENVIRONMENT)
-    num_workers: int | str | None = key(None, "Gymnasium envs only: worker processes of the pool (`auto`: one "
-                                        "per CPU core the run may use).", WorkerCount(maximum=1024), ENVIRONMENT)
-    torch_threads: int = key(0, "CPU threads for torch (0: auto = 1 for MLPs; for `ppo-cnn` the usable cores: the "
-                                "affinity mask capped by the cgroup CPU quota, as under `docker run --cpus`).",
-                             Integer(minimum=0, maximum=1024), OUTPUTS)
-    backend: str = key("auto", "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), "
-                       "`gloo`, `nccl`.", Choice(choices=DISTRIBUTED_BACKENDS),
-                       studio_note="the studio's ranks use `auto`: gloo on CPU, nccl on CUDA")
-    gpu_ids: list | None = key(None, "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses "
-                               "`gpu_ids[i]`.", DeviceIds(),
-                               studio_note="only used by distributed (torchrun) runs; pick the GPU with `device`")
-    nproc_per_node: int = key(1, "Training processes (ranks) on this machine, started by torch's elastic launcher "
-                              "(`--nproc`); with `gpu_ids`, one rank per listed GPU on nccl, else gloo on CPU.",
-                              Integer(maximum=1024), CLUSTER)
-    min_nodes: int = key(1, "Elastic cluster: train once this many machines (master included) have joined "
-                         "(torchrun's `--nnodes MIN:MAX`).", Integer(maximum=10_000), CLUSTER)
-    max_nodes: int = key(1, "Elastic cluster: admit up to this many machines; a machine that joins mid-run is "
-                         "admitted at the next re-formation.", Integer(maximum=10_000), CLUSTER)
-    max_restarts: int = key(3, "Elastic runs: how often the ranks may be re-formed after a failure (a lost "
-                            "process or machine) before the run fails; each restart resumes from the last "
-                            "checkpoint.", Integer(minimum=0, maximum=10_000), CLUSTER)
+    vector_env: bool | str | None = key(
+        None,
+        "Gymnasium envs only: `pool` (our shared-memory worker pool: "
+        "`num_workers` processes share the envs), `async_pool` (the pool in two "
+        "halves, stepping one while the policy acts on the other), `sync` (in this "
+        "process), `async` (Gymnasium's AsyncVectorEnv, one process per env); true "
+        "or null with `num_workers` > 1: `pool`. Built-in games are already "
+        "batched tensor envs and ignore it.",
+        VectorEnv(),
+        ENVIRONMENT,
+    )
+    num_workers: int | str | None = key(
+        None,
+        "Gymnasium envs only: worker processes of the pool (`auto`: one per CPU core the run may use).",
+        WorkerCount(maximum=1024),
+        ENVIRONMENT,
+    )
+    torch_threads: int = key(
+        0,
+        "CPU threads for torch (0: auto = 1 for MLPs; for `ppo-cnn` the usable cores: the "
+        "affinity mask capped by the cgroup CPU quota, as under `docker run --cpus`).",
+        Integer(minimum=0, maximum=1024),
+        OUTPUTS,
+    )
+    backend: str = key(
+        "auto",
+        "torch.distributed backend under torchrun: `auto` (nccl on CUDA, gloo on CPU), `gloo`, `nccl`.",
+        Choice(choices=DISTRIBUTED_BACKENDS),
+        studio_note="the studio's ranks use `auto`: gloo on CPU, nccl on CUDA",
+    )
+    gpu_ids: list | None = key(
+        None,
+        "CUDA devices to use, e.g. `[0, 1]`; under torchrun, local rank i uses `gpu_ids[i]`.",
+        DeviceIds(),
+        studio_note="only used by distributed (torchrun) runs; pick the GPU with `device`",
+    )
+    nproc_per_node: int = key(
+        1,
+        "Training processes (ranks) on this machine, started by torch's elastic launcher "
+        "(`--nproc`); with `gpu_ids`, one rank per listed GPU on nccl, else gloo on CPU.",
+        Integer(maximum=1024),
+        CLUSTER,
+    )
+    min_nodes: int = key(
+        1,
+        "Elastic cluster: train once this many machines (master included) have joined (torchrun's `--nnodes MIN:MAX`).",
+        Integer(maximum=10_000),
+        CLUSTER,
+    )
+    max_nodes: int = key(
+        1,
+        "Elastic cluster: admit up to this many machines; a machine that joins mid-run is "
+        "admitted at the next re-formation.",
+        Integer(maximum=10_000),
+        CLUSTER,
+    )
+    max_restarts: int = key(
+        3,
+        "Elastic runs: how often the ranks may be re-formed after a failure (a lost "
+        "process or machine) before the run fails; each restart resumes from the last "
+        "checkpoint.",
+        Integer(minimum=0, maximum=10_000),
+        CLUSTER,
+    )
     # --- what it writes --------------------------------------------------------------------
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={
-        "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.", "section": CheckpointConfig})
-    gif_interval: float = key(20.0, "Seconds between rollout GIFs: the first right after the first update, then "
-                              "one every this many seconds while gif_time_fraction allows, and one at the end "
-                              "(0: never).", Real(0.0, 1e9), OUTPUTS)
-    gif_max_frames: int = key(300, "Longest GIF, in frames (a longer episode is played on, undrawn, to learn how it "
-                              "ends; the caption says what was cut).", Integer(maximum=100_000), OUTPUTS)
-    gif_time_fraction: float = key(0.05, "A GIF waits while GIFs would take more than this fraction of the training "
-                                   "time (1: never waits).", Real(0.0, 1.0), OUTPUTS)
-    log_interval: int = key(10, "Write a `[STEP n] ...` log line every this many updates (metrics events go out "
-                            "every update).", Integer(maximum=10**9), OUTPUTS)
-    warn_falling_updates: int = key(10, "Warn (studio banner, log line, the `RLStudioReturnFalling` alert) when the "
-                                    "recent mean return has fallen for this many consecutive updates.",
-                                    Integer(minimum=2, maximum=10**6), OUTPUTS)
-    tensorboard: bool = key(False, "Also write TensorBoard scalars to `<run_dir>/tensorboard` (needs the "
-                            "tensorboard package).", Boolean(), OUTPUTS)
+    checkpoint: CheckpointConfig = field(
+        default_factory=CheckpointConfig,
+        metadata={
+            "help": "`interval` (updates), `path` (folder), `keep` (how many); see below.",
+            "section": CheckpointConfig,
+        },
+    )
+    gif_interval: float = key(
+        20.0,
+        "Seconds between rollout GIFs: the first right after the first update, then "
+        "one every this many seconds while gif_time_fraction allows, and one at the end "
+        "(0: never).",
+        Real(0.0, 1e9),
+        OUTPUTS,
+    )
+    gif_max_frames: int = key(
+        300,
+        "Longest GIF, in frames (a longer episode is played on, undrawn, to learn how it "
+        "ends; the caption says what was cut).",
+        Integer(maximum=100_000),
+        OUTPUTS,
+    )
+    gif_time_fraction: float = key(
+        0.05,
+        "A GIF waits while GIFs would take more than this fraction of the training time (1: never waits).",
+        Real(0.0, 1.0),
+        OUTPUTS,
+    )
+    log_interval: int = key(
+        10,
+        "Write a `[STEP n] ...` log line every this many updates (metrics events go out every update).",
+        Integer(maximum=10**9),
+        OUTPUTS,
+    )
+    warn_falling_updates: int = key(
+        10,
+        "Warn (studio banner, log line, the `RLStudioReturnFalling` alert) when the "
+        "recent mean return has fallen for this many consecutive updates.",
+        Integer(minimum=2, maximum=10**6),
+        OUTPUTS,
+    )
+    tensorboard: bool = key(
+        False,
+        "Also write TensorBoard scalars to `<run_dir>/tensorboard` (needs the tensorboard package).",
+        Boolean(),
+        OUTPUTS,
+    )
     # The chosen algorithm's own keys by name (declared beside it, see ALGORITHM_TABLE): not a key
     # itself; read as `config.clip_coef`, written flat after `algo` by to_dict.
     algo_settings: dict = field(default_factory=dict, metadata={"algo_settings": True})
@@ -222,8 +365,14 @@ class TrainConfig:
         if settings is not None and name in settings:
             return settings[name]
         owners = algorithms_with_key(name)
-        raise AttributeError(f"TrainConfig has no key {name!r}" + (
-            f" (a key of algo {', '.join(owners)}; this config trains {self.__dict__.get('algo')})" if owners else ""))
+        raise AttributeError(
+            f"TrainConfig has no key {name!r}"
+            + (
+                f" (a key of algo {', '.join(owners)}; this config trains {self.__dict__.get('algo')})"
+                if owners
+                else ""
+            )
+        )
 
     def __setattr__(self, name: str, value: Any) -> None:
         settings = self.__dict__.get("algo_settings")
@@ -244,9 +393,16 @@ class TrainConfig:
         return flat
 
 
-KEY_ALIASES = {"max_steps": "total_timesteps", "n_envs": "num_envs", "n_steps": "num_steps",
-               "n_epochs": "update_epochs", "lr": "learning_rate", "env": "env_name", "env_id": "env_name",
-               "net_arch": "hidden_sizes"}
+KEY_ALIASES = {
+    "max_steps": "total_timesteps",
+    "n_envs": "num_envs",
+    "n_steps": "num_steps",
+    "n_epochs": "update_epochs",
+    "lr": "learning_rate",
+    "env": "env_name",
+    "env_id": "env_name",
+    "net_arch": "hidden_sizes",
+}
 
 
 @dataclass(frozen=True)
@@ -259,7 +415,7 @@ class DeclaredKey:
     check: Check
     group: str | None
     studio_note: str | None
-    algos: tuple[str, ...] = ()     # an algorithm's own key: the algorithms that take it (empty: every one)
+    algos: tuple[str, ...] = ()  # an algorithm's own key: the algorithms that take it (empty: every one)
 
 
 def declared_keys(cls: type = TrainConfig, prefix: str = "") -> list[DeclaredKey]:
@@ -274,8 +430,16 @@ def declared_keys(cls: type = TrainConfig, prefix: str = "") -> list[DeclaredKey
         if "help" not in item.metadata:  # algo_settings (not a key), or a field an algorithm adds for itself
             continue
         default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
-        keys.append(DeclaredKey(prefix + item.name, default, item.metadata["help"], item.metadata["check"],
-                                item.metadata["group"], item.metadata["studio_note"]))
+        keys.append(
+            DeclaredKey(
+                prefix + item.name,
+                default,
+                item.metadata["help"],
+                item.metadata["check"],
+                item.metadata["group"],
+                item.metadata["studio_note"],
+            )
+        )
         if cls is TrainConfig and item.name == "algo":
             keys += algorithm_keys().values()
     return keys
@@ -291,299 +455,14 @@ def key_names() -> list[str]:
     return field_names() + list(algorithm_keys())
 
 
-def config_reference() -> list[tuple[str, Any, str]]:
-    """(key, default, meaning) for every key, in declaration order (the README table); an
-    algorithm's own key says which algorithms take it."""
-    return [(declared.name, declared.default,
-             declared.help + (f" (algo {', '.join(f'`{name}`' for name in declared.algos)})" if declared.algos else ""))
-            for declared in declared_keys()]
-
-
-# ---------------------------------------------------------------------------------------------
-# The algorithms' own keys: filled by trainer/algos/registry.py when an algorithm registers
-# (`import trainer` registers the built-in ones, before any config is read)
-
-
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    """What the config knows of an algorithm: its `algo` name, one line about it, its own keys
-    and a check of the relations between them (`check(config, given keys, problems)`)."""
-
-    name: str
-    summary: str
-    keys: tuple[DeclaredKey, ...] = ()
-    check: Callable[[Any, set[str], list[str]], None] | None = None
-
-
-ALGORITHM_TABLE: dict[str, AlgorithmEntry] = {}
-
-
-def declare_algorithm(name: str, summary: str, keys: type | None = None,
-                      check: Callable[[Any, set[str], list[str]], None] | None = None) -> None:
-    """Add an algorithm and its own keys (a dataclass of `key(...)` fields) to the table. A key
-    may be shared by algorithms (PPO's by A2C) only with one declaration; a shared key's name
-    (`gamma`) cannot be taken."""
+def declare_algorithm(name: str, summary: str, keys: type | None = None, check: ConfigCheck | None = None) -> None:
+    """Add an algorithm and its own keys (a dataclass of `key(...)` fields) to ALGORITHM_TABLE
+    (trainer/config/algorithm_keys.py), as trainer/algos/registry.py does when one registers."""
     own = tuple(declared_keys(keys)) if keys is not None else ()
-    for declared in own:
-        if declared.name in field_names() or declared.name in KEY_ALIASES:
-            raise ValueError(f"algorithm {name!r} declares {declared.name!r}, a key every algorithm shares: "
-                             f"read config.{declared.name} instead of declaring it")
-        for other in ALGORITHM_TABLE.values():
-            theirs = next((item for item in other.keys if item.name == declared.name), None)
-            if theirs is not None and other.name != name and theirs != declared:
-                raise ValueError(f"algorithm {name!r} declares {declared.name!r} differently from algorithm "
-                                 f"{other.name!r}: share its declaration or use another name")
-    ALGORITHM_TABLE[name] = AlgorithmEntry(name, summary, own, check)
-
-
-def forget_algorithm(name: str) -> None:
-    ALGORITHM_TABLE.pop(name, None)
-
-
-def algorithm_keys() -> dict[str, DeclaredKey]:
-    """Every registered algorithm's own keys by name, in registration order, each with `algos`."""
-    found: dict[str, DeclaredKey] = {}
-    for entry in ALGORITHM_TABLE.values():
-        for declared in entry.keys:
-            if declared.name not in found:
-                found[declared.name] = dataclasses.replace(declared, algos=tuple(algorithms_with_key(declared.name)))
-    return found
-
-
-def algorithms_with_key(name: str) -> list[str]:
-    return [entry.name for entry in ALGORITHM_TABLE.values() if any(item.name == name for item in entry.keys)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-
-# A value given on top of a config drops these keys from it: they were derived from the old value
-# (e.g. --set num_envs=256 on a run's config.yaml, whose batch_size is now stale).
-DERIVED_FROM = {
-    "num_envs": ("batch_size", "num_minibatches"),
-    "num_steps": ("batch_size", "num_minibatches"),
-    "batch_size": ("num_steps", "num_minibatches"),
-    "mini_batch_size": ("num_minibatches",),
-    "num_minibatches": ("mini_batch_size",),
-}
-
-
-def merge_settings(base: dict, settings: dict) -> dict:
-    """`base` (a raw or complete config dict) with `settings` on top: dotted keys reach into
-    sections, aliases replace their key, and keys derived from a replaced one are dropped. The one
-    rule for overrides, used by `--set`, the studio and the Python API. A new `algo` drops the
-    old algorithm's keys that the new one does not take (`--set algo=x` on a PPO config)."""
-    if not isinstance(settings, dict):
-        raise ConfigError(f"settings must be a mapping of config keys to values, got {short_repr(settings)}")
-    merged = copy.deepcopy(base)
-    given = {KEY_ALIASES.get(str(name), str(name)) for name in settings}
-    new_algo = next((str(value).strip().lower() for name, value in settings.items()
-                     if KEY_ALIASES.get(str(name), str(name)) == "algo"), None)
-    foreign = set(algorithm_keys()) - {item.name for item in ALGORITHM_TABLE[new_algo].keys} \
-        if new_algo in ALGORITHM_TABLE else set()
-    for name in list(merged):
-        canonical = KEY_ALIASES.get(name, name)
-        if canonical in given and name != canonical:
-            merged.pop(name)  # `max_steps` in the file, `total_timesteps` given: the given one wins
-        if (any(canonical in DERIVED_FROM.get(setting, ()) for setting in given) or canonical in foreign) \
-                and canonical not in given:
-            merged.pop(name, None)
-    for name, value in settings.items():
-        name = KEY_ALIASES.get(str(name), str(name))
-        if name in dataclass_sections() and isinstance(value, dict):
-            section = merged.get(name) if isinstance(merged.get(name), dict) else {}
-            merged[name] = {**section, **value}
-        else:
-            _set_dotted(merged, name, value)
-    return merged
+    add_algorithm(AlgorithmEntry(name, summary, own, check), set(field_names()) | set(KEY_ALIASES))
 
 
 def dataclass_sections() -> dict[str, type]:
-    return {item.name: item.metadata["section"] for item in dataclasses.fields(TrainConfig)
-            if "section" in item.metadata}
-
-
-def read_yaml_mapping(path: str | Path) -> dict:
-    try:
-        return load_yaml_file(path)
-    except YamlError as error:
-        raise ConfigError(str(error)) from None
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'learning_rate=1e-3' -> ('learning_rate', 0.001); the value is read as YAML."""
-    if "=" not in text:
-        raise ConfigError(f"--set expects key=value (e.g. --set learning_rate=1e-3), got {short_repr(text)}")
-    name, _, value_text = text.partition("=")
-    name = name.strip()
-    if not name:
-        raise ConfigError(f"--set expects key=value, the key is empty in {short_repr(text)}")
-    try:
-        value = load_yaml_text(value_text, f"--set {name}", mapping=False) if value_text.strip() else None
-    except YamlError as error:
-        if "alias" in str(error) or "nested" in str(error) or "too large" in str(error):
-            raise ConfigError(str(error)) from None
-        value = value_text
-    return name, value
-
-
-def _set_dotted(raw: dict, name: str, value: Any) -> None:
-    parts = name.split(".")
-    target = raw
-    for part in parts[:-1]:
-        existing = target.get(part)
-        if not isinstance(existing, dict):
-            existing = {}
-            target[part] = existing
-        target = existing
-    target[parts[-1]] = value
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation: one function for a dict, a YAML file's contents and a TrainConfig built in Python
-
-
-def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:
-    """Validate a plain dict (from YAML, the studio's form, the API or a checkpoint) or a
-    TrainConfig into a TrainConfig with every derived value filled in. Raises ConfigError listing
-    every problem found."""
-    if isinstance(raw, TrainConfig):
-        raw = raw.to_dict()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"a config must be a mapping of keys to values, got {type(raw).__name__}")
-    problems: list[str] = []
-    config = TrainConfig()
-    algorithm_values: dict[str, Any] = {}
-    given = _fill_section(config, raw, "", problems, algorithm_values)
-    _settle_algorithm_keys(config, algorithm_values, problems)
-    if not problems:
-        _check_semantics(config, given, problems)
-    if problems:
-        if len(problems) == 1:
-            raise ConfigError(problems[0])
-        raise ConfigError("the config has {} problems:\n  - {}".format(len(problems), "\n  - ".join(problems)))
-    return config
-
-
-def _fill_section(target: Any, raw: dict, prefix: str, problems: list[str],
-                  algorithm_values: dict | None = None) -> set[str]:
-    """Check every key of `raw` with its declaration and set it on `target` (an algorithm's own
-    key into `algorithm_values`); returns the keys given."""
-    fields = {item.name: item for item in dataclasses.fields(target) if "algo_settings" not in item.metadata}
-    own_keys = algorithm_keys() if algorithm_values is not None else {}
-    given: dict[str, str] = {}
-    for name, value in raw.items():
-        if not isinstance(name, str):
-            problems.append(f"config keys must be names, got {short_repr(name)}")
-            continue
-        canonical = KEY_ALIASES.get(name, name) if not prefix else name
-        if canonical not in fields and canonical not in own_keys:
-            problems.append(_unknown_key_message(prefix, name, list(fields) + list(own_keys)))
-            continue
-        if canonical in given:
-            problems.append(f"{given[canonical]!r} and {name!r} are two names for {canonical!r}; give only one of them")
-            continue
-        given[canonical] = name
-        if canonical in own_keys:
-            try:
-                algorithm_values[canonical] = own_keys[canonical].check(canonical, value)
-            except ConfigError as error:
-                problems.append(str(error))
-            continue
-        section = fields[canonical].metadata.get("section")
-        if section is not None:
-            setattr(target, canonical, _section(section, value, prefix + canonical, problems))
-            continue
-        try:
-            setattr(target, canonical, fields[canonical].metadata["check"](prefix + canonical, value))
-        except ConfigError as error:
-            problems.append(str(error))
-    return set(given)
-
-
-def _settle_algorithm_keys(config: TrainConfig, values: dict[str, Any], problems: list[str]) -> None:
-    """The chosen algorithm's keys: given ones, else their defaults. A key of another algorithm
-    only is refused (it would silently do nothing)."""
-    entry = ALGORITHM_TABLE.get(config.algo)
-    if entry is None:
-        return
-    own = {item.name for item in entry.keys}
-    for name in values:
-        if name not in own:
-            owners = ", ".join(algorithms_with_key(name))
-            problems.append(f"{name} is a key of algo {owners}, but this config trains algo {config.algo}, which "
-                            f"does not read it: remove {name}, or set algo to {owners.split(', ')[0]}")
-    config.algo_settings = {item.name: values[item.name] if item.name in values else copy.deepcopy(item.default)
-                            for item in entry.keys}
-
-
-def _section(cls: type, value: Any, name: str, problems: list[str]) -> Any:
-    section = cls()
-    if value is None:
-        return section
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        value = {"interval": value}  # `checkpoint: 100` reads as the interval
-    if not isinstance(value, dict):
-        problems.append(f"{name} must be a mapping with {', '.join(field_names(cls))}, got {short_repr(value)}")
-        return section
-    _fill_section(section, value, name + ".", problems)
-    return section
-
-
-def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
-    candidates = valid + ([] if prefix else list(KEY_ALIASES))
-    hint = did_you_mean(name, candidates, prefix)  # `timesteps` -> total_timesteps; `lr_rate` -> nothing
-    if prefix:
-        return (f"unknown key {short_repr(prefix + name)}.{hint} The {prefix.rstrip('.')} section takes: "
-                f"{', '.join(valid)}")
-    return f"unknown config key {short_repr(name)}.{hint} Valid keys: {', '.join(valid)} (see docs/config.md)"
-
-
-# ---------------------------------------------------------------------------------------------
-# Relations between keys: batch sizes, the algorithm's own, env name
-
-
-def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) -> None:
-    resolve_batch_sizes(config, problems)
-    if config.min_nodes > config.max_nodes:
-        problems.append(f"min_nodes ({config.min_nodes}) is larger than max_nodes ({config.max_nodes}); give "
-                        f"min_nodes <= max_nodes (torchrun's --nnodes MIN:MAX)")
-    entry = ALGORITHM_TABLE.get(config.algo)
-    if entry is not None and entry.check is not None:
-        entry.check(config, given, problems)  # the relations between the algorithm's own keys
-    if config.hidden_sizes and config.model_type == "ppo-cnn":
-        problems.append("hidden_sizes sets the layers of an MLP policy; model_type ppo-cnn has its own "
-                        "convolutional torso. Remove hidden_sizes or use an MLP model_type")
-    from envs import resolve_env_name
-    from envs.base import EnvError
-
-    try:
-        resolve_env_name(config.env_name)
-    except EnvError as error:
-        problems.append(f"env_name: {error}")
-
-
-def to_yaml(config: TrainConfig) -> str:
-    return dump_yaml(config.to_dict())
-
-
-def reference_markdown() -> str:
-    """The config reference as a Markdown table (key, default, meaning), for the README.
-
-    `python -c "from trainer.config.keys import reference_markdown; print(reference_markdown())"`"""
-    lines = ["| key | default | meaning |", "|---|---|---|"]
-    for key, default, meaning in config_reference():
-        lines.append(f"| `{key}` | {markdown_value(default)} | {meaning.replace('|', '/')} |")
-    return "\n".join(lines)
-
-
-def markdown_value(value: Any) -> str:
-    """A config value as the README's tables show it."""
-    if value is None:
-        return "`null`"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, int) and value >= 10_000:
-        return f"`{value:_}`"
-    return f"`{value}`"
+    return {
+        item.name: item.metadata["section"] for item in dataclasses.fields(TrainConfig) if "section" in item.metadata
+    }

@@ -1,23 +1,24 @@
 """Every metric of a run, declared once: its name, what it means, its unit and where it is shown.
 
 Each output derives its list from `REGISTRY`: the `metrics` event's fields (EVENT_SCHEMA in
-trainer/run/events.py), the algorithm's update statistics (UPDATE_STAT_NAMES in
-trainer/algos/ppo.py), the TensorBoard scalars, the studio's charts (studio/charts.py) and CSV
+trainer/run/events.py), the TensorBoard scalars, the studio's charts (studio/charts.py) and CSV
 export (studio/views.py), the Prometheus exporter (trainer/serving/metrics_export.py) and the
 README's tables (docs/build.py). A new metric is one `Metric(...)` entry here, plus
 the code that computes it; tests/test_metric_registry.py fails on a metric listed anywhere else.
+Which `update` metrics an algorithm emits, it declares itself (`metric_names`, checked here by
+`check_update_metrics` when it registers): no algorithm is named in this file.
 
 Here, in the lowest room, so that algorithms, the run, serving and the studio all read it
 (stdlib only: the studio imports it without torch).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-ALGORITHMS = ("ppo", "a2c")          # TrainConfig.algo's values; both run ppo_update (a2c unclipped)
 SOURCES = ("envelope", "loop", "update", "exporter", "machine")
 PROMETHEUS_PREFIX = "rlstudio_"
-PROMETHEUS_RUN_LABELS = ("run_id", "env", "model", "rank")   # on every per-run series
+PROMETHEUS_RUN_LABELS = ("run_id", "env", "model", "rank")  # on every per-run series
 
 
 @dataclass(frozen=True)
@@ -25,39 +26,36 @@ class Chart:
     """A place in the studio's charts: the main chart (`option`: its menu word) or a small
     diagnostics chart (`position` in the grid, row by row)."""
 
-    group: str                     # "main" or "diagnostics"
-    label: str                     # the chart's title
+    group: str  # "main" or "diagnostics"
+    label: str  # the chart's title
     position: int = 0
-    option: str | None = None      # main chart only: "score", "return", "length"
+    option: str | None = None  # main chart only: "score", "return", "length"
 
 
 @dataclass(frozen=True)
 class Exported:
     """How Prometheus shows a metric: `rlstudio_<name>`, its type, help and labels."""
 
-    name: str                      # without the prefix; a counter's ends in _total
-    type: str = "gauge"            # "gauge" or "counter"
-    help: str | None = None        # None: the metric's meaning
-    per: str = "run"               # "run" (the run labels), "gpu" (label gpu) or "machine" (none)
-    labels: tuple[str, ...] = ()   # more labels after the run labels (run_status: status)
+    name: str  # without the prefix; a counter's ends in _total
+    type: str = "gauge"  # "gauge" or "counter"
+    help: str | None = None  # None: the metric's meaning
+    per: str = "run"  # "run" (the run labels), "gpu" (label gpu) or "machine" (none)
+    labels: tuple[str, ...] = ()  # more labels after the run labels (run_status: status)
 
 
 @dataclass(frozen=True)
 class Metric:
     """One metric. `source` says who computes it: `envelope` (every event's own field), `loop` (the
-    training loop), `update` (the algorithm's update, for `algos`), `exporter` (Prometheus, at scrape
-    time) or `machine`. The first three are fields of the `metrics` event (`event`: required or
-    optional there); `averaged` marks the update's mean statistics, which ppo_update stacks in
-    registry order."""
+    training loop), `update` (an algorithm's update: the algorithms that return it say so in their
+    `metric_names`), `exporter` (Prometheus, at scrape time) or `machine`. The first three are
+    fields of the `metrics` event (`event`: required or optional there)."""
 
     name: str
-    meaning: str                   # one line a user understands
+    meaning: str  # one line a user understands
     unit: str
     source: str = "loop"
     event: str | None = "required"  # "required", "optional" or None (not a metrics-event field)
-    algos: tuple[str, ...] = ()
-    averaged: bool = False
-    must_be_finite: bool = False   # a null (NaN, inf) in an event means the update diverged
+    must_be_finite: bool = False  # a null (NaN, inf) in an event means the update diverged
     charts: tuple[Chart, ...] = ()
     csv: bool = False
     tensorboard: str | None = None  # the scalar's tag
@@ -65,7 +63,7 @@ class Metric:
 
 
 def _update(name: str, meaning: str, unit: str, **shown) -> Metric:
-    return Metric(name, meaning, unit, source="update", algos=ALGORITHMS, **shown)
+    return Metric(name, meaning, unit, source="update", **shown)
 
 
 def _exporter(name: str, meaning: str, unit: str, kind: str = "gauge", **exported) -> Metric:
@@ -82,75 +80,186 @@ def _diagnostic(label: str, position: int) -> Chart:
 
 REGISTRY: tuple[Metric, ...] = (
     # Fields of every metrics event (in the order of the CSV export's columns)
-    Metric("step", "Environment steps taken by the run (all envs, all ranks).", "steps", csv=True,
-           prometheus=Exported("env_steps_total", "counter")),
+    Metric(
+        "step",
+        "Environment steps taken by the run (all envs, all ranks).",
+        "steps",
+        csv=True,
+        prometheus=Exported("env_steps_total", "counter"),
+    ),
     Metric("update", "Policy updates done.", "updates", csv=True, prometheus=Exported("updates_total", "counter")),
-    Metric("time", "When the update ended (every event carries its time).", "unix seconds", source="envelope",
-           event=None, csv=True),
+    Metric(
+        "time",
+        "When the update ended (every event carries its time).",
+        "unix seconds",
+        source="envelope",
+        event=None,
+        csv=True,
+    ),
     Metric("elapsed", "Training seconds, including earlier segments of a resumed run.", "s", csv=True),
-    Metric("fps", "Environment steps per second in the current session.", "steps/s",
-           charts=(_diagnostic("Steps / s", 6),), csv=True, tensorboard="losses/fps",
-           prometheus=Exported("steps_per_second")),
+    Metric(
+        "fps",
+        "Environment steps per second in the current session.",
+        "steps/s",
+        charts=(_diagnostic("Steps / s", 6),),
+        csv=True,
+        tensorboard="losses/fps",
+        prometheus=Exported("steps_per_second"),
+    ),
     Metric("episodes", "Episodes finished.", "episodes", csv=True, prometheus=Exported("episodes_total", "counter")),
-    Metric("episode_return_mean", "Mean return of the episodes finished in the last update.", "return",
-           charts=(Chart("main", "Episode return", 1, "return"),), csv=True,
-           tensorboard="charts/episode_return_mean", prometheus=Exported("episode_return_mean")),
-    Metric("episode_length_mean", "Mean length (steps) of the episodes finished in the last update.", "steps",
-           charts=(Chart("main", "Episode length", 2, "length"), _diagnostic("Episode length", 0)), csv=True,
-           tensorboard="charts/episode_length_mean", prometheus=Exported("episode_length_mean")),
-    Metric("episode_score_mean", "Mean game score of the episodes finished in the last update.",
-           "the game's (pipes, food, ...)", charts=(Chart("main", "Game score", 0, "score"),), csv=True,
-           tensorboard="charts/episode_score_mean", prometheus=Exported("episode_score_mean")),
-    Metric("recent_return_mean", "Mean return over the last 100 episodes.", "return", csv=True,
-           tensorboard="charts/recent_return_mean", prometheus=Exported("recent_episode_return_mean")),
-    _update("policy_loss", "Policy (actor) loss of the last update, mean over its minibatches.", "–",
-            averaged=True, must_be_finite=True, charts=(_diagnostic("Policy loss", 2),), csv=True,
-            tensorboard="losses/policy_loss",
-            prometheus=Exported("policy_loss", help="Policy (actor) loss of the last update; NaN when not finite.")),
-    _update("value_loss", "Value (critic) loss of the last update, mean over its minibatches.", "–",
-            averaged=True, must_be_finite=True, charts=(_diagnostic("Value loss", 3),), csv=True,
-            tensorboard="losses/value_loss",
-            prometheus=Exported("value_loss", help="Value (critic) loss of the last update; NaN when not finite.")),
-    _update("entropy", "Policy entropy in the last update: how random the actions still are.", "nats",
-            averaged=True, must_be_finite=True, charts=(_diagnostic("Entropy", 4),), csv=True,
-            tensorboard="losses/entropy",
-            prometheus=Exported("entropy", help="Policy entropy (nats) in the last update.")),
-    _update("approx_kl", "Approximate KL divergence between the old and new policy.", "nats",
-            averaged=True, must_be_finite=True, charts=(_diagnostic("Approx. KL", 5),), csv=True,
-            tensorboard="losses/approx_kl", prometheus=Exported("approx_kl")),
-    _update("clip_fraction", "Share of samples whose probability ratio was clipped in the last update.", "0-1",
-            averaged=True, charts=(_diagnostic("Clip fraction", 7),), csv=True, tensorboard="losses/clip_fraction",
-            prometheus=Exported("clip_fraction_ratio", help="Share (0-1) of samples whose ratio was clipped.")),
-    _update("explained_variance", "How much of the returns' variance the value function explains (1: all, "
-            "0 or less: no better than a constant).", "–", charts=(_diagnostic("Explained variance", 1),), csv=True,
-            tensorboard="losses/explained_variance"),
-    Metric("learning_rate", "Learning rate of the last update.", "–", csv=True, tensorboard="losses/learning_rate",
-           prometheus=Exported("learning_rate")),
+    Metric(
+        "episode_return_mean",
+        "Mean return of the episodes finished in the last update.",
+        "return",
+        charts=(Chart("main", "Episode return", 1, "return"),),
+        csv=True,
+        tensorboard="charts/episode_return_mean",
+        prometheus=Exported("episode_return_mean"),
+    ),
+    Metric(
+        "episode_length_mean",
+        "Mean length (steps) of the episodes finished in the last update.",
+        "steps",
+        charts=(Chart("main", "Episode length", 2, "length"), _diagnostic("Episode length", 0)),
+        csv=True,
+        tensorboard="charts/episode_length_mean",
+        prometheus=Exported("episode_length_mean"),
+    ),
+    Metric(
+        "episode_score_mean",
+        "Mean game score of the episodes finished in the last update.",
+        "the game's (pipes, food, ...)",
+        charts=(Chart("main", "Game score", 0, "score"),),
+        csv=True,
+        tensorboard="charts/episode_score_mean",
+        prometheus=Exported("episode_score_mean"),
+    ),
+    Metric(
+        "recent_return_mean",
+        "Mean return over the last 100 episodes.",
+        "return",
+        csv=True,
+        tensorboard="charts/recent_return_mean",
+        prometheus=Exported("recent_episode_return_mean"),
+    ),
+    _update(
+        "policy_loss",
+        "Policy (actor) loss of the last update, mean over its minibatches.",
+        "–",
+        must_be_finite=True,
+        charts=(_diagnostic("Policy loss", 2),),
+        csv=True,
+        tensorboard="losses/policy_loss",
+        prometheus=Exported("policy_loss", help="Policy (actor) loss of the last update; NaN when not finite."),
+    ),
+    _update(
+        "value_loss",
+        "Value (critic) loss of the last update, mean over its minibatches.",
+        "–",
+        must_be_finite=True,
+        charts=(_diagnostic("Value loss", 3),),
+        csv=True,
+        tensorboard="losses/value_loss",
+        prometheus=Exported("value_loss", help="Value (critic) loss of the last update; NaN when not finite."),
+    ),
+    _update(
+        "entropy",
+        "Policy entropy in the last update: how random the actions still are.",
+        "nats",
+        must_be_finite=True,
+        charts=(_diagnostic("Entropy", 4),),
+        csv=True,
+        tensorboard="losses/entropy",
+        prometheus=Exported("entropy", help="Policy entropy (nats) in the last update."),
+    ),
+    _update(
+        "approx_kl",
+        "Approximate KL divergence between the old and new policy.",
+        "nats",
+        must_be_finite=True,
+        charts=(_diagnostic("Approx. KL", 5),),
+        csv=True,
+        tensorboard="losses/approx_kl",
+        prometheus=Exported("approx_kl"),
+    ),
+    _update(
+        "clip_fraction",
+        "Share of samples whose probability ratio was clipped in the last update.",
+        "0-1",
+        charts=(_diagnostic("Clip fraction", 7),),
+        csv=True,
+        tensorboard="losses/clip_fraction",
+        prometheus=Exported("clip_fraction_ratio", help="Share (0-1) of samples whose ratio was clipped."),
+    ),
+    _update(
+        "explained_variance",
+        "How much of the returns' variance the value function explains (1: all, 0 or less: no better than a constant).",
+        "–",
+        charts=(_diagnostic("Explained variance", 1),),
+        csv=True,
+        tensorboard="losses/explained_variance",
+    ),
+    Metric(
+        "learning_rate",
+        "Learning rate of the last update.",
+        "–",
+        csv=True,
+        tensorboard="losses/learning_rate",
+        prometheus=Exported("learning_rate"),
+    ),
     # Fields of a metrics event when the trainer has them
-    Metric("recent_length_mean", "Mean length (steps) over the last 100 episodes.", "steps", event="optional",
-           prometheus=Exported("recent_episode_length_mean")),
-    Metric("recent_score_mean", "Mean game score over the last 100 episodes.", "the game's", event="optional",
-           tensorboard="charts/recent_score_mean", prometheus=Exported("recent_episode_score_mean")),
-    Metric("episode_return_max", "Best return of the episodes finished in the last update.", "return",
-           event="optional"),
-    Metric("episode_score_max", "Best game score of the episodes finished in the last update.", "the game's",
-           event="optional"),
+    Metric(
+        "recent_length_mean",
+        "Mean length (steps) over the last 100 episodes.",
+        "steps",
+        event="optional",
+        prometheus=Exported("recent_episode_length_mean"),
+    ),
+    Metric(
+        "recent_score_mean",
+        "Mean game score over the last 100 episodes.",
+        "the game's",
+        event="optional",
+        tensorboard="charts/recent_score_mean",
+        prometheus=Exported("recent_episode_score_mean"),
+    ),
+    Metric(
+        "episode_return_max", "Best return of the episodes finished in the last update.", "return", event="optional"
+    ),
+    Metric(
+        "episode_score_max",
+        "Best game score of the episodes finished in the last update.",
+        "the game's",
+        event="optional",
+    ),
     Metric("episodes_this_update", "Episodes finished in the last update.", "episodes", event="optional"),
-    Metric("total_timesteps", "Steps the run takes in all (rounded up to whole updates).", "steps",
-           event="optional"),
-    Metric("gradient_steps", "Gradient steps (minibatches) of the last update; fewer when target_kl stopped it.",
-           "steps", source="update", event="optional", algos=ALGORITHMS),
+    Metric("total_timesteps", "Steps the run takes in all (rounded up to whole updates).", "steps", event="optional"),
+    Metric(
+        "gradient_steps",
+        "Gradient steps (minibatches) of the last update; fewer when target_kl stopped it.",
+        "steps",
+        source="update",
+        event="optional",
+    ),
     Metric("final_update", "True on the run's last update.", "true/false", event="optional"),
     # Computed by the Prometheus exporter at scrape time, per run
-    _exporter("nonfinite_losses", "How many of policy/value loss, entropy and approx KL were NaN or infinite in "
-              "the last update.", "losses"),
+    _exporter(
+        "nonfinite_losses",
+        "How many of policy/value loss, entropy and approx KL were NaN or infinite in the last update.",
+        "losses",
+    ),
     _exporter("return_falling_updates", "Consecutive updates in which the recent mean return fell.", "updates"),
-    _exporter("return_falling_threshold", "The run's warn_falling_updates: the streak the studio warns at and the "
-              "RLStudioReturnFalling alert fires at.", "updates"),
-    _exporter("checkpoint_age_seconds", "Seconds since the run's last checkpoint (since its start before the "
-              "first).", "s"),
-    _exporter("run_status", "1 for the run's current status (label status), 0 for the others.", "1 or 0",
-              labels=("status",)),
+    _exporter(
+        "return_falling_threshold",
+        "The run's warn_falling_updates: the streak the studio warns at and the RLStudioReturnFalling alert fires at.",
+        "updates",
+    ),
+    _exporter(
+        "checkpoint_age_seconds", "Seconds since the run's last checkpoint (since its start before the first).", "s"
+    ),
+    _exporter(
+        "run_status", "1 for the run's current status (label status), 0 for the others.", "1 or 0", labels=("status",)
+    ),
     _exporter("process_cpu_seconds_total", "CPU seconds used by the run's trainer process.", "s", "counter"),
     _exporter("process_resident_memory_bytes", "Resident memory of the run's trainer process.", "bytes"),
     # The machine, not a run
@@ -179,17 +288,19 @@ def event_fields(kind: str) -> tuple[str, ...]:
     return tuple(metric.name for metric in REGISTRY if metric.event == kind)
 
 
-def algorithm_metric_names(algo: str) -> tuple[str, ...]:
-    """Every metrics-event field that `algo`'s update returns."""
-    return tuple(metric.name for metric in REGISTRY if metric.source == "update" and algo in metric.algos)
-
-
-def update_stat_names(algo: str) -> tuple[str, ...]:
-    """The mean statistics of `algo`'s update, in the order ppo_update stacks them."""
-    names = tuple(metric.name for metric in REGISTRY if metric.averaged and algo in metric.algos)
-    if not names:
-        raise KeyError(f"no update statistics declared for algorithm {algo!r} in trainer/config/metrics.py")
-    return names
+def check_update_metrics(algo: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names`, what algorithm `algo` declares its update returns (its `metric_names`), once each is
+    an `update` metric of the registry; ValueError names the ones that are not."""
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"algorithm {algo!r}: metric_names is a tuple of metric names, got {names!r}")
+    unknown = [name for name in names if name not in BY_NAME or BY_NAME[name].source != "update"]
+    if unknown:
+        raise ValueError(
+            f"algorithm {algo!r} declares update metrics {unknown}, which are not `update` metrics of "
+            f"the registry: declare them in trainer/config/metrics.py (the update ones: "
+            f"{', '.join(metrics_of('update'))})"
+        )
+    return tuple(names)
 
 
 def must_be_finite() -> tuple[str, ...]:
@@ -215,8 +326,9 @@ def chart_metrics(group: str) -> tuple[tuple[str, Chart], ...]:
 
 def prometheus_metrics(per_run: bool = True) -> tuple[Metric, ...]:
     """The metrics Prometheus exports per run (or, per_run False, for the machine), in order."""
-    return tuple(metric for metric in REGISTRY
-                 if metric.prometheus is not None and (metric.prometheus.per == "run") == per_run)
+    return tuple(
+        metric for metric in REGISTRY if metric.prometheus is not None and (metric.prometheus.per == "run") == per_run
+    )
 
 
 def prometheus_help(metric: Metric) -> str:
@@ -267,6 +379,8 @@ def prometheus_markdown() -> str:
         exported = metric.prometheus
         assert exported is not None
         labels = ", ".join(prometheus_labels(exported)) or "–"
-        lines.append(f"| `{PROMETHEUS_PREFIX}{exported.name}` | {exported.type} | {labels} | "
-                     f"{prometheus_help(metric).replace('|', '/')} |")
+        lines.append(
+            f"| `{PROMETHEUS_PREFIX}{exported.name}` | {exported.type} | {labels} | "
+            f"{prometheus_help(metric).replace('|', '/')} |"
+        )
     return "\n".join(lines)

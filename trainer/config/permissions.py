@@ -3,12 +3,12 @@ import runs code. A .pth, a run folder or a web form is data, so whatever reads 
 code it names unless the user allowed custom code (the one check, used by the CLI, the studio,
 evaluation and the Python API).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from trainer.config.checks import ConfigError
-
 
 GYM_PREFIX = "gym:"
 
@@ -21,7 +21,7 @@ def code_entry_points(config: Any) -> list[str]:
     """The `module:Class` entry points a config would import: a custom env and its wrappers."""
     raw = config.to_dict() if hasattr(config, "to_dict") else config
     env_name = str(raw.get("env_name") or raw.get("env") or raw.get("env_id") or "")
-    inner = env_name[len(GYM_PREFIX):] if env_name.startswith(GYM_PREFIX) else env_name
+    inner = env_name[len(GYM_PREFIX) :] if env_name.startswith(GYM_PREFIX) else env_name
     wrappers = raw.get("wrappers") or []
     wrappers = [wrappers] if isinstance(wrappers, str) else list(wrappers) if isinstance(wrappers, list) else []
     return ([inner] if ":" in inner else []) + [str(item) for item in wrappers]
@@ -35,4 +35,5 @@ def require_code_permission(config: Any, allowed: bool, source: str, flag: str) 
         shown = ", ".join(repr(name[:100]) for name in names[:3])
         raise CodePermissionError(
             f"{source} names Python code to import ({shown}); loading it would run that code, so it is refused "
-            f"unless you allow custom envs with {flag}. Built-in games and registered Gymnasium ids always work")
+            f"unless you allow custom envs with {flag}. Built-in games and registered Gymnasium ids always work"
+        )

@@ -5,9 +5,10 @@ fits in the memory of the machine it would train on.
 
 Called by `trainer.run.loop.train` and the studio's Start before a run folder exists, so a run that
 would fail in its first second (an unknown `env_kwargs` key, `num_envs: 10**7` on a laptop) never
-starts. Custom-code permission is checked before this (trainer.config.keys.require_code_permission):
+starts. Custom-code permission is checked before this (trainer.config.permissions.require_code_permission):
 building the probe env imports what the config names.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,28 +16,31 @@ import os
 import shutil
 from pathlib import Path
 
-from trainer.config.keys import ConfigError, TrainConfig
+from trainer.config.checks import ConfigError
+from trainer.config.keys import TrainConfig
 
-MEMORY_SHARE = 0.8        # a run may plan to use this share of the memory that is free now
-FLOATS_PER_SAMPLE = 10    # action, log-prob, value, reward, done, advantage, return, ... per stored step
+MEMORY_SHARE = 0.8  # a run may plan to use this share of the memory that is free now
+FLOATS_PER_SAMPLE = 10  # action, log-prob, value, reward, done, advantage, return, ... per stored step
 COPIES_OF_THE_BATCH = 2.5  # the rollout storage, its flattened view for the update, minibatch gathers
-ENV_STATE_COPIES = 8      # a native env holds its state, observations and final observations a few times
+ENV_STATE_COPIES = 8  # a native env holds its state, observations and final observations a few times
 MIN_FREE_DISK_BYTES = 100 * 2**20  # a run refuses to start with less free on the runs disk
 
 
 def probe_spaces(config: TrainConfig):
     """Build the env once (one copy, on the CPU) and return its observation and action spaces."""
     from envs import make_vec_env
-    from envs.base import EnvError
+    from envs.errors import EnvError
 
     try:
-        env = make_vec_env(config.env_name, 1, device="cpu", seed=config.seed, wrappers=config.wrappers or None,
-                           **config.env_kwargs)
+        env = make_vec_env(
+            config.env_name, 1, device="cpu", seed=config.seed, wrappers=config.wrappers or None, **config.env_kwargs
+        )
     except EnvError as error:
         raise ConfigError(f"env_kwargs / env_name: {error}") from None
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"env_kwargs: the environment {config.env_name!r} refused its options: "
-                          f"{str(error)[:300]}") from None
+        raise ConfigError(
+            f"env_kwargs: the environment {config.env_name!r} refused its options: {str(error)[:300]}"
+        ) from None
     try:
         return env.single_observation_space, env.single_action_space
     finally:
@@ -77,8 +81,10 @@ def check_writable_folder(folder: str | Path, option: str) -> None:
         raise ConfigError(f"{option} {folder}: {existing} is a file, not a folder; pick a folder for the runs")
     # os.access also sees a read-only file system (EROFS), which root's permissions do not bypass.
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option} {folder}: {existing} is not writable by this user (or is on a read-only file "
-                          f"system); pick a folder you can write to")
+        raise ConfigError(
+            f"{option} {folder}: {existing} is not writable by this user (or is on a read-only file "
+            f"system); pick a folder you can write to"
+        )
     check_disk_space(existing, option)
 
 
@@ -90,9 +96,11 @@ def check_disk_space(folder: str | Path, option: str, minimum: int = MIN_FREE_DI
     except OSError:
         return  # not there yet or unreadable: check_writable_folder has the clearer message
     if free < minimum:
-        raise ConfigError(f"{option} {folder}: only {free / 2**20:.0f} MiB free on its disk, a run needs at least "
-                          f"{minimum / 2**20:.0f} MiB for checkpoints and logs; free some space (the Runs tab "
-                          f"deletes old runs and checkpoints) or pick a folder on another disk")
+        raise ConfigError(
+            f"{option} {folder}: only {free / 2**20:.0f} MiB free on its disk, a run needs at least "
+            f"{minimum / 2**20:.0f} MiB for checkpoints and logs; free some space (the Runs tab "
+            f"deletes old runs and checkpoints) or pick a folder on another disk"
+        )
 
 
 def check_run_fits(config: TrainConfig) -> None:
@@ -106,4 +114,5 @@ def check_run_fits(config: TrainConfig) -> None:
         raise ConfigError(
             f"num_envs x num_steps = {config.num_envs:_} x {config.num_steps:_} samples of {obs_floats:_} "
             f"observation values need about {needed / 2**30:.1f} GiB, but {where} has {free / 2**30:.1f} GiB "
-            f"free. Lower num_envs or num_steps (a run may plan on {MEMORY_SHARE:.0%} of the free memory)")
+            f"free. Lower num_envs or num_steps (a run may plan on {MEMORY_SHARE:.0%} of the free memory)"
+        )

@@ -6,6 +6,7 @@ gradient in trainer/algos/ppo_fast.py) are derived from those modules layer by l
 (`mlp_layers`), with each activation's forms taken from one table (`ACTIVATIONS`);
 tests/test_trainer_ppo.py holds them to the modules.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,11 +25,11 @@ class Activation:
     written-out gradient) is derived from these numbers, so adding an activation is one entry
     in `ACTIVATIONS`."""
 
-    kernel: Callable[[Tensor], Tensor]                # in place
+    kernel: Callable[[Tensor], Tensor]  # in place
     gain: float
     scale: float
     shift: float
-    backward: Callable[[Tensor, Tensor], Tensor]      # (dL/dy, y = f(z)) -> dL/dz
+    backward: Callable[[Tensor, Tensor], Tensor]  # (dL/dy, y = f(z)) -> dL/dz
 
     def fast(self, z: Tensor) -> Tensor:
         """f(z) in a new tensor (the input is left alone)."""
@@ -49,7 +50,7 @@ class Activation:
 
 
 def _tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
-    return torch.addcmul(grad, grad * output, output, value=-1.0)     # g (1 - tanh^2)
+    return torch.addcmul(grad, grad * output, output, value=-1.0)  # g (1 - tanh^2)
 
 
 def _relu_backward(grad: Tensor, output: Tensor) -> Tensor:
@@ -92,8 +93,10 @@ def mlp_layers(mlp: nn.Module) -> list[tuple[nn.Linear, Activation | None]]:
             continue
         activation = activation_of(module)
         if activation is None or not layers or layers[-1][1] is not None:
-            raise UnsupportedNetwork(f"layer {index} ({module}) has no derived form: expected Linear (with bias) "
-                                     f"layers, each followed by one of {supported}")
+            raise UnsupportedNetwork(
+                f"layer {index} ({module}) has no derived form: expected Linear (with bias) "
+                f"layers, each followed by one of {supported}"
+            )
         layers[-1] = (layers[-1][0], activation)
     if not layers or layers[-1][1] is not None:
         raise UnsupportedNetwork("the network must end with a Linear layer (the head)")

@@ -3,6 +3,7 @@ with its activations folded into the weights), `ActionSampler` (the rollout's ac
 `RolloutScorer` (pi_old and V_old of a whole rollout). Each is the modules' function to float32
 rounding (tests/test_trainer_ppo.py), valid while the weights do not change.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -42,8 +43,9 @@ class FoldedMLP:
                 bias, weight = activation.gain * bias, activation.gain * weight
             # A transposed view, as nn.Linear uses it: for narrow outputs (the heads) MKL is
             # several times faster with it than with a contiguous copy.
-            self.layers.append((bias.contiguous(), weight.contiguous().t(),
-                                None if activation is None else activation.kernel))
+            self.layers.append(
+                (bias.contiguous(), weight.contiguous().t(), None if activation is None else activation.kernel)
+            )
             previous = activation
 
     @staticmethod

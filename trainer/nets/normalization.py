@@ -5,6 +5,7 @@ device during the rollout. That keeps every step cheap, makes the observations t
 exactly the ones the update trains on, and lets distributed ranks merge their moments with one
 all-reduce.
 """
+
 from __future__ import annotations
 
 import torch
@@ -64,14 +65,19 @@ class RunningMeanStd(nn.Module):
         if pending is None:
             return
         total, total_squares, count = pending
-        packed = torch.cat((total.reshape(-1), total_squares.reshape(-1),
-                            torch.tensor([float(count)], dtype=torch.float64, device=total.device)))
+        packed = torch.cat(
+            (
+                total.reshape(-1),
+                total_squares.reshape(-1),
+                torch.tensor([float(count)], dtype=torch.float64, device=total.device),
+            )
+        )
         if reduce is not None:
             reduce(packed)
         size = total.numel()
         batch_count = packed[-1]
         batch_mean = (packed[:size] / batch_count).reshape(self.mean.shape)
-        batch_var = (packed[size:2 * size] / batch_count).reshape(self.mean.shape) - batch_mean.square()
+        batch_var = (packed[size : 2 * size] / batch_count).reshape(self.mean.shape) - batch_mean.square()
         batch_var.clamp_(min=0.0)
         delta = batch_mean - self.mean
         new_count = self.count + batch_count
@@ -108,8 +114,10 @@ class RewardScaler:
         return (reward * self.return_stats._scale).clamp_(-CLIP, CLIP)
 
     def state_dict(self) -> dict:
-        return {"discounted_return": self.discounted_return.clone(),
-                **{key: value.clone() for key, value in self.return_stats.state_dict().items()}}
+        return {
+            "discounted_return": self.discounted_return.clone(),
+            **{key: value.clone() for key, value in self.return_stats.state_dict().items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.discounted_return.copy_(state["discounted_return"])

@@ -6,6 +6,7 @@ literature: gain sqrt(2) for hidden layers, 0.01 for the policy output (a near-u
 policy), 1 for the value output. The forward pass is the modules'; the no-grad forms derived
 from them live in trainer/nets/fast_forward.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,12 +62,23 @@ class ConvTorso(nn.Module):
             self.layout, (channels, height, width) = "chw", obs_shape
         gain = math.sqrt(2)
         if min(height, width) >= 36:
-            convs = [nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                     nn.Conv2d(64, 64, 3, stride=1), nn.ReLU()]
+            convs = [
+                nn.Conv2d(channels, 32, 8, stride=4),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1),
+                nn.ReLU(),
+            ]
         else:
-            convs = [nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(),
-                     nn.Conv2d(32, 64, 3, stride=2 if min(height, width) > 8 else 1, padding=1), nn.ReLU(),
-                     nn.Conv2d(64, 64, 3, padding=1), nn.ReLU()]
+            convs = [
+                nn.Conv2d(channels, 32, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 3, stride=2 if min(height, width) > 8 else 1, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(64, 64, 3, padding=1),
+                nn.ReLU(),
+            ]
         for module in convs:
             if isinstance(module, nn.Conv2d):
                 nn.init.orthogonal_(module.weight, gain)
@@ -137,8 +149,9 @@ class ActorCritic(nn.Module):
     def value(self, obs: Tensor) -> Tensor:
         return self.critic(self._features(obs)[1]).squeeze(-1)
 
-    def act(self, obs: Tensor, generator: torch.Generator | None = None,
-            deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    def act(
+        self, obs: Tensor, generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Sample actions: (action, log pi(action|obs), V(obs))."""
         actor_input, critic_input = self._features(obs)
         head = self.actor(actor_input)
@@ -150,8 +163,9 @@ class ActorCritic(nn.Module):
             action = self.noisy_action(head.clone(), noise, self.log_std.exp() if not self.discrete else None)
         return action, self._log_prob(head, action), value
 
-    def action_noise(self, steps: int, batch: int, generator: torch.Generator | None = None,
-                     device: torch.device | str = "cpu") -> Tensor:
+    def action_noise(
+        self, steps: int, batch: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+    ) -> Tensor:
         """(steps, batch, head size) randomness for `steps` batches of actions: Gumbel noise for
         a categorical head, standard normal noise for a Gaussian one (see `noisy_action`)."""
         action = self.spec["action"]

@@ -9,6 +9,7 @@
 Every checkpoint saves the spec, so that `trainer.nets.policies.build_policy(spec)` rebuilds the
 network without unpickling any Python object.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,6 +45,12 @@ def make_policy_spec(model_type: str, observation_space, action_space, norm_obs:
     if model_type == "ppo-cnn" and len(obs_shape) not in (2, 3):
         raise ModelError(
             f"model_type ppo-cnn needs image or grid observations (2 or 3 dimensions), but this env "
-            f"observes a vector of shape {tuple(obs_shape)}; use ppo-small, ppo-medium or ppo-large")
-    return {"model_type": model_type, "obs_shape": obs_shape, "obs_scale": obs_scale,
-            "action": action, "norm_obs": bool(norm_obs)}
+            f"observes a vector of shape {tuple(obs_shape)}; use ppo-small, ppo-medium or ppo-large"
+        )
+    return {
+        "model_type": model_type,
+        "obs_shape": obs_shape,
+        "obs_scale": obs_scale,
+        "action": action,
+        "norm_obs": bool(norm_obs),
+    }

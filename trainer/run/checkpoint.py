@@ -24,6 +24,7 @@ and turns a refusal into a `CheckpointError` that says why. Format 1 (before `al
 PPO's `optimizer_state` and `reward_scaler` at the top level) still loads and resumes
 (trainer/run/resume.py `algorithm_state`); a newer format is refused, naming its version.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ from trainer.run.files import atomic_write
 from trainer.run.layout import list_checkpoints
 
 FORMAT = "rl-studio"
-FORMAT_VERSION = 2            # 2: the algorithm's own state under `algorithm_state` (1: PPO's at the top level)
+FORMAT_VERSION = 2  # 2: the algorithm's own state under `algorithm_state` (1: PPO's at the top level)
 RL_STUDIO_VERSION = "0.1.0"
 
 # Bounds a .pth must meet before torch.load allocates anything (issue 10: a 40 KB file must not
@@ -54,7 +55,7 @@ MAX_FILE_BYTES = 4 * 2**30
 MAX_INFLATION = 20
 MAX_UNCOMPRESSED_BYTES = 4 * 2**30
 MAX_ZIP_MEMBERS = 100_000
-MAX_PARAMETERS = 10**8      # ~400 MB of float32 weights; the largest preset network has ~1.5 million
+MAX_PARAMETERS = 10**8  # ~400 MB of float32 weights; the largest preset network has ~1.5 million
 
 
 class CheckpointError(Exception):
@@ -62,8 +63,12 @@ class CheckpointError(Exception):
 
 
 def library_versions() -> dict:
-    return {"torch": str(torch.__version__), "python": platform.python_version(), "rl_studio": RL_STUDIO_VERSION,
-            "numpy": str(np.__version__)}
+    return {
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "rl_studio": RL_STUDIO_VERSION,
+        "numpy": str(np.__version__),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,8 +112,10 @@ def check_archive_bounds(path: Path) -> None:
     reading only the zip directory (nothing is inflated or allocated)."""
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
-        raise CheckpointError(f"{path} is {size / 2**30:.1f} GiB, over the {MAX_FILE_BYTES / 2**30:.0f} GiB limit "
-                              f"for a model file; it was not loaded")
+        raise CheckpointError(
+            f"{path} is {size / 2**30:.1f} GiB, over the {MAX_FILE_BYTES / 2**30:.0f} GiB limit "
+            f"for a model file; it was not loaded"
+        )
     if not zipfile.is_zipfile(path):
         return  # torch's legacy (pre-1.6) format stores tensors uncompressed: the file size bounds it
     try:
@@ -117,15 +124,17 @@ def check_archive_bounds(path: Path) -> None:
     except (zipfile.BadZipFile, OSError, ValueError) as error:
         raise CheckpointError(f"{path} is not a readable PyTorch file (damaged zip: {error})") from None
     if len(members) > MAX_ZIP_MEMBERS:
-        raise CheckpointError(f"{path} has {len(members):_} archive members (at most {MAX_ZIP_MEMBERS:_}); "
-                              f"it was not loaded")
+        raise CheckpointError(
+            f"{path} has {len(members):_} archive members (at most {MAX_ZIP_MEMBERS:_}); it was not loaded"
+        )
     inflated = sum(member.file_size for member in members)
     limit = min(MAX_UNCOMPRESSED_BYTES, MAX_INFLATION * size + 2**20)
     if inflated > limit:
         raise CheckpointError(
             f"{path} would inflate from {size:_} bytes to {inflated:_} bytes (limit {limit:_}: "
             f"{MAX_INFLATION}x the file, at most {MAX_UNCOMPRESSED_BYTES / 2**30:.0f} GiB). RL Studio writes "
-            f"its tensors uncompressed, so this file was crafted or damaged; it was not loaded")
+            f"its tensors uncompressed, so this file was crafted or damaged; it was not loaded"
+        )
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -139,24 +148,29 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except pickle.UnpicklingError as error:
         text = str(error)
         if "global" not in text.lower():  # not a pickle of objects at all: a damaged or foreign file
-            raise CheckpointError(f"{path} is not a readable PyTorch file (damaged or not a .pth); nothing "
-                                  f"from it was executed") from None
+            raise CheckpointError(
+                f"{path} is not a readable PyTorch file (damaged or not a .pth); nothing from it was executed"
+            ) from None
         detail = next((line.strip() for line in text.splitlines() if "Unsupported global" in line), "")
         raise CheckpointError(
             f"refused to load {path}: it contains Python objects other than tensors and plain values, "
             f"and loading those could run code hidden in the file. RL Studio models never contain "
             f"such objects, so this file was not written by RL Studio or was tampered with. "
-            f"Nothing from it was executed. ({detail})") from None
+            f"Nothing from it was executed. ({detail})"
+        ) from None
     except Exception as error:  # noqa: BLE001 - torch raises many kinds for a damaged file
-        raise CheckpointError(f"{path} is not a readable PyTorch file (damaged or not a .pth): "
-                              f"{type(error).__name__}: {error}") from None
+        raise CheckpointError(
+            f"{path} is not a readable PyTorch file (damaged or not a .pth): {type(error).__name__}: {error}"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(
             f"{path} is a PyTorch file but not an RL Studio model or checkpoint (it has no "
-            f"format: {FORMAT!r} entry); load_model only reads files written by this trainer")
+            f"format: {FORMAT!r} entry); load_model only reads files written by this trainer"
+        )
     if payload.get("format_version", 0) > FORMAT_VERSION:
-        raise CheckpointError(f"{path} was written by a newer RL Studio (format version "
-                              f"{payload['format_version']}); upgrade to load it")
+        raise CheckpointError(
+            f"{path} was written by a newer RL Studio (format version {payload['format_version']}); upgrade to load it"
+        )
     return payload
 
 
@@ -210,8 +224,12 @@ def restore_env_state(env, state: dict) -> None:
             continue
         current = getattr(owner, name, None)
         value = value.to(env.device) if value.device != env.device else value
-        if (isinstance(current, Tensor) and current.shape == value.shape and current.dtype == value.dtype
-                and not _is_broadcast(current)):
+        if (
+            isinstance(current, Tensor)
+            and current.shape == value.shape
+            and current.dtype == value.dtype
+            and not _is_broadcast(current)
+        ):
             current.copy_(value)  # in place: keeps any views the env holds
         else:
             setattr(owner, name, value.clone())
@@ -245,19 +263,21 @@ class TrainedModel:
         self.env_name: str | None = self.config.get("env_name")
 
     @torch.no_grad()
-    def predict(self, obs, deterministic: bool = True, state: Any = None,
-                episode_start: Any = None) -> tuple[np.ndarray, None]:
+    def predict(
+        self, obs, deterministic: bool = True, state: Any = None, episode_start: Any = None
+    ) -> tuple[np.ndarray, None]:
         """Actions for `obs`; the second value is the recurrent state (always None here),
         as in Stable-Baselines3."""
-        tensor = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs),
-                                 dtype=torch.float32)
+        tensor = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs), dtype=torch.float32)
         single = tuple(tensor.shape) == self.observation_shape
         if single:
             tensor = tensor.unsqueeze(0)
         elif tensor.dim() != len(self.observation_shape) + 1 or tuple(tensor.shape[1:]) != self.observation_shape:
             batch = ", ".join(("N", *map(str, self.observation_shape)))
-            raise ValueError(f"expected observations of shape {self.observation_shape} (or a batch ({batch})), "
-                             f"got {tuple(tensor.shape)}")
+            raise ValueError(
+                f"expected observations of shape {self.observation_shape} (or a batch ({batch})), "
+                f"got {tuple(tensor.shape)}"
+            )
         tensor = tensor.to(self.device)
         action, _, _ = self.policy.act(self.policy.normalize_obs(tensor), deterministic=deterministic)
         action = self.policy.env_action(action).cpu().numpy()
@@ -267,8 +287,10 @@ class TrainedModel:
         return self.predict(obs, deterministic=deterministic)[0]
 
     def __repr__(self) -> str:
-        return (f"TrainedModel({self.spec['model_type']}, env={self.env_name}, step={self.global_step}, "
-                f"obs={self.observation_shape}, device={self.device})")
+        return (
+            f"TrainedModel({self.spec['model_type']}, env={self.env_name}, step={self.global_step}, "
+            f"obs={self.observation_shape}, device={self.device})"
+        )
 
 
 def weights_mismatch(expected: dict, state: Any) -> str | None:
@@ -296,23 +318,33 @@ def check_spec_fits_weights(spec: Any, state: Any, source: str | Path) -> None:
     if not isinstance(spec, dict):
         raise CheckpointError(f"{source}: policy_spec is a {type(spec).__name__}, not a dict")
     obs_shape = spec.get("obs_shape")
-    if (not isinstance(obs_shape, (list, tuple)) or not 1 <= len(obs_shape) <= 4
-            or not all(isinstance(size, int) and size >= 1 for size in obs_shape)):
-        raise CheckpointError(f"{source}: policy_spec.obs_shape must be 1 to 4 positive integers, "
-                              f"got {str(obs_shape)[:80]}")
+    if (
+        not isinstance(obs_shape, (list, tuple))
+        or not 1 <= len(obs_shape) <= 4
+        or not all(isinstance(size, int) and size >= 1 for size in obs_shape)
+    ):
+        raise CheckpointError(
+            f"{source}: policy_spec.obs_shape must be 1 to 4 positive integers, got {str(obs_shape)[:80]}"
+        )
     if math.prod(obs_shape) > MAX_PARAMETERS:
-        raise CheckpointError(f"{source}: policy_spec.obs_shape {list(obs_shape)} has {math.prod(obs_shape):_} "
-                              f"values, more than any network here takes (at most {MAX_PARAMETERS:_})")
+        raise CheckpointError(
+            f"{source}: policy_spec.obs_shape {list(obs_shape)} has {math.prod(obs_shape):_} "
+            f"values, more than any network here takes (at most {MAX_PARAMETERS:_})"
+        )
     try:
         with torch.device("meta"):
             skeleton = build_policy(spec)
     except Exception as error:  # noqa: BLE001 - a malformed spec can fail in many ways
-        raise CheckpointError(f"{source}: policy_spec does not describe a network RL Studio can build: "
-                              f"{type(error).__name__}: {str(error)[:200]}") from None
+        raise CheckpointError(
+            f"{source}: policy_spec does not describe a network RL Studio can build: "
+            f"{type(error).__name__}: {str(error)[:200]}"
+        ) from None
     parameters = sum(parameter.numel() for parameter in skeleton.parameters())
     if parameters > MAX_PARAMETERS:
-        raise CheckpointError(f"{source}: policy_spec describes a network of {parameters:_} parameters "
-                              f"(at most {MAX_PARAMETERS:_}); it was not built")
+        raise CheckpointError(
+            f"{source}: policy_spec describes a network of {parameters:_} parameters "
+            f"(at most {MAX_PARAMETERS:_}); it was not built"
+        )
     problem = weights_mismatch(skeleton.state_dict(), state)
     if problem:
         raise CheckpointError(f"{source}: the saved weights do not fit the network described in it: {problem}")
@@ -331,8 +363,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> TrainedM
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} asked for, but this machine has no usable CUDA GPU; "
-                         f"use device 'cpu' or 'auto'")
+        raise ValueError(
+            f"device {str(device)!r} asked for, but this machine has no usable CUDA GPU; use device 'cpu' or 'auto'"
+        )
     payload = read_checkpoint(path, map_location=device)
     if "policy_spec" not in payload or "policy_state" not in payload:
         raise CheckpointError(f"{path} has no policy in it (policy_spec / policy_state missing)")

@@ -9,6 +9,7 @@ docs/architecture.md ("Events (the schema the studio reads)") against it.
 Sinks: `JsonlSink` (metrics.jsonl), `LogSink` (train.log, the console), `QueueSink` (a live
 channel for a caller's own process), `TensorBoardSink` (optional), `ProgressBarSink` (the CLI on a terminal).
 """
+
 from __future__ import annotations
 
 import errno
@@ -17,9 +18,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from trainer.config.metrics import event_fields, tensorboard_tags
 from trainer.run.files import atomic_write
@@ -28,8 +30,8 @@ from trainer.run.storage import storage_error
 
 @dataclass(frozen=True)
 class EventType:
-    required: tuple[str, ...]          # always present (a value may be null where the docs say so)
-    optional: tuple[str, ...] = ()     # present when the trainer has them
+    required: tuple[str, ...]  # always present (a value may be null where the docs say so)
+    optional: tuple[str, ...] = ()  # present when the trainer has them
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -37,13 +39,16 @@ class EventType:
 
 
 EVENT_SCHEMA: dict[str, EventType] = {
-    "start": EventType(("run_id", "config", "device", "total_timesteps", "resumed_from_step"),
-                       ("world_size", "num_updates")),
+    "start": EventType(
+        ("run_id", "config", "device", "total_timesteps", "resumed_from_step"), ("world_size", "num_updates")
+    ),
     "metrics": EventType(event_fields("required"), event_fields("optional")),  # trainer/config/metrics.py
     "log": EventType(("level", "message")),
     "checkpoint": EventType(("step", "path")),
-    "gif": EventType(("step", "path", "episode_return", "episode_score", "frames"),
-                     ("seconds", "steps_shown", "episode_steps", "episode_ended")),
+    "gif": EventType(
+        ("step", "path", "episode_return", "episode_score", "frames"),
+        ("seconds", "steps_shown", "episode_steps", "episode_ended"),
+    ),
     "model": EventType(("step", "path")),
     "error": EventType(("message", "traceback")),
     "end": EventType(("status", "step", "final_model")),
@@ -54,15 +59,22 @@ def make_event(kind: str, **fields: Any) -> dict:
     """An event of type `kind`, checked against EVENT_SCHEMA (a mismatch is a bug, not user input)."""
     schema = EVENT_SCHEMA.get(kind)
     if schema is None:
-        raise KeyError(f"unknown event type {kind!r}; the types are {', '.join(EVENT_SCHEMA)} "
-                       f"(add a new one to EVENT_SCHEMA in trainer/run/events.py and to docs/architecture.md)")
+        raise KeyError(
+            f"unknown event type {kind!r}; the types are {', '.join(EVENT_SCHEMA)} "
+            f"(add a new one to EVENT_SCHEMA in trainer/run/events.py and to docs/architecture.md)"
+        )
     missing = [name for name in schema.required if name not in fields]
     unknown = [name for name in fields if name not in schema.fields]
     if missing or unknown:
-        raise KeyError(f"{kind} event: " + "; ".join(
-            ([f"missing {missing}"] if missing else []) + ([f"fields not in the schema {unknown}"] if unknown else []))
+        raise KeyError(
+            f"{kind} event: "
+            + "; ".join(
+                ([f"missing {missing}"] if missing else [])
+                + ([f"fields not in the schema {unknown}"] if unknown else [])
+            )
             + " (EVENT_SCHEMA in trainer/run/events.py declares them, a metrics event's in trainer/config/metrics.py; "
-              "docs/architecture.md shows the same table)")
+            "docs/architecture.md shows the same table)"
+        )
     return {"type": kind, "time": time.time(), **{key: _json_safe(value) for key, value in fields.items()}}
 
 
@@ -90,7 +102,7 @@ class EventBus:
 
     def __init__(self, sinks: list[EventSink] | None = None):
         self.sinks: list[EventSink] = list(sinks or [])
-        self.broken: list[EventSink] = []   # essential sinks that failed: tried once more at the end
+        self.broken: list[EventSink] = []  # essential sinks that failed: tried once more at the end
 
     def emit(self, kind: str, **fields: Any) -> dict:
         event = make_event(kind, **fields)
@@ -106,8 +118,12 @@ class EventBus:
                 if getattr(sink, "essential", False):
                     self.broken.append(sink)
                     raise
-                self.emit("log", level="warning", message=f"event sink {type(sink).__name__} failed and was "
-                                                           f"detached: {type(error).__name__}: {error}")
+                self.emit(
+                    "log",
+                    level="warning",
+                    message=f"event sink {type(sink).__name__} failed and was "
+                    f"detached: {type(error).__name__}: {error}",
+                )
 
     def emit_last(self, kind: str, **fields: Any) -> dict:
         """The error / end event of a failed run: to every sink, broken essential ones too (a full
@@ -197,8 +213,11 @@ def trim_events_after(path: str | Path, step: int) -> int:
     if not path.exists():
         return 0
     events = read_events(path)
-    kept = [event for event in events
-            if not (event.get("type") in ("metrics", "checkpoint", "gif", "model") and (event.get("step") or 0) > step)]
+    kept = [
+        event
+        for event in events
+        if not (event.get("type") in ("metrics", "checkpoint", "gif", "model") and (event.get("step") or 0) > step)
+    ]
     atomic_write(path, "".join(json.dumps(event, separators=(",", ":")) + "\n" for event in kept))
     return len(events) - len(kept)
 
@@ -209,8 +228,14 @@ def format_number(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def clip_caption(steps_shown: int | None, episode_steps: int | None, episode_ended: bool | None,
-                 episode_return: float | None, episode_score: float | None, score_unit: str | None = None) -> str:
+def clip_caption(
+    steps_shown: int | None,
+    episode_steps: int | None,
+    episode_ended: bool | None,
+    episode_return: float | None,
+    episode_score: float | None,
+    score_unit: str | None = None,
+) -> str:
     """What a GIF shows of its episode, said honestly: the whole episode, the first part of one
     that ended later (with that episode's score and return), or the first part of one still
     running when playing stopped (with what it had reached). The one wording for rollout GIFs
@@ -243,24 +268,33 @@ def format_event(event: dict, log_interval: int = 1) -> str | None:
     if kind == "metrics":
         if event["update"] % log_interval and not event.get("final_update"):
             return None
-        return (f"[STEP {event['step']}] EpLenMean: {format_number(event.get('recent_length_mean'))}, "
-                f"EpRewMean: {format_number(event['recent_return_mean'], 2)}, "
-                f"EpScoreMean: {format_number(event.get('recent_score_mean'), 2)}, "
-                f"FPS: {event['fps']:.0f}")
+        return (
+            f"[STEP {event['step']}] EpLenMean: {format_number(event.get('recent_length_mean'))}, "
+            f"EpRewMean: {format_number(event['recent_return_mean'], 2)}, "
+            f"EpScoreMean: {format_number(event.get('recent_score_mean'), 2)}, "
+            f"FPS: {event['fps']:.0f}"
+        )
     if kind == "log":
         prefix = "" if event["level"] == "info" else event["level"].upper() + ": "
         return prefix + event["message"]
     if kind == "start":
         resumed = f", resumed from step {event['resumed_from_step']}" if event["resumed_from_step"] is not None else ""
         config = event["config"]
-        return (f"Run {event['run_id']}: {config['algo']} {config['model_type']} on {config['env_name']} "
-                f"x {config['num_envs']} envs, device {event['device']}, "
-                f"{event['total_timesteps']:,} steps{resumed}")
+        return (
+            f"Run {event['run_id']}: {config['algo']} {config['model_type']} on {config['env_name']} "
+            f"x {config['num_envs']} envs, device {event['device']}, "
+            f"{event['total_timesteps']:,} steps{resumed}"
+        )
     if kind == "checkpoint":
         return f"Checkpoint at step {event['step']}: {event['path']}"
     if kind == "gif":
-        caption = clip_caption(event.get("steps_shown"), event.get("episode_steps"), event.get("episode_ended"),
-                               event["episode_return"], event["episode_score"])
+        caption = clip_caption(
+            event.get("steps_shown"),
+            event.get("episode_steps"),
+            event.get("episode_ended"),
+            event["episode_return"],
+            event["episode_score"],
+        )
         return f"Rollout GIF at step {event['step']} ({event['frames']} frames): {caption}: {event['path']}"
     if kind == "model":
         return f"Final model: {event['path']}"
@@ -274,8 +308,14 @@ def format_event(event: dict, log_interval: int = 1) -> str | None:
 class LogSink:
     """Writes log lines: to `train.log` (with a timestamp) or to a stream such as stdout."""
 
-    def __init__(self, path: str | Path | None = None, stream=None, log_interval: int = 1,
-                 timestamps: bool | None = None, write: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        stream=None,
+        log_interval: int = 1,
+        timestamps: bool | None = None,
+        write: Callable[[str], None] | None = None,
+    ):
         self.log_interval = log_interval
         self._file = None
         if path is not None:

@@ -4,6 +4,7 @@ Every file of a run folder (and every report a benchmark writes) goes through `a
 reader, or a crash at any moment, sees the old file or the new one, never a part. Nothing else in
 the project calls os.replace (tests/test_run_dir.py checks).
 """
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ The GIF env lives on the CPU with its own seed and a CPU copy of the policy, so 
 never touches the training envs, the training device or the training random numbers: a run
 with GIFs learns exactly what it learns without them.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.run.events import clip_caption
 from trainer.nets.policies import build_policy
+from trainer.run.events import clip_caption
 from trainer.run.files import atomic_write
 
 MAX_GIF_WIDTH = 320  # wider frames are downsampled by an integer factor (smaller, faster files)
-MAX_GIF_FPS = 30     # envs that render faster (CartPole: 50) have frames skipped: rendering is the cost
+MAX_GIF_FPS = 30  # envs that render faster (CartPole: 50) have frames skipped: rendering is the cost
 
 
 def frame_skip(env) -> int:
@@ -40,33 +41,41 @@ PLAY_ON_SECONDS = 2.0  # the most one GIF spends playing on past its last frame,
 @dataclass
 class GifResult:
     path: Path
-    episode_return: float         # of the whole episode when it ended, else so far
+    episode_return: float  # of the whole episode when it ended, else so far
     episode_score: float | None
     frames: int
     seconds: float
-    steps_shown: int = 0          # env steps the frames cover (== episode_steps: the whole episode)
-    episode_steps: int = 0        # steps played: the whole episode when it ended, else as far as it got
-    episode_ended: bool = False   # False: still running when the frames and the time to play on ran out
+    steps_shown: int = 0  # env steps the frames cover (== episode_steps: the whole episode)
+    episode_steps: int = 0  # steps played: the whole episode when it ended, else as far as it got
+    episode_ended: bool = False  # False: still running when the frames and the time to play on ran out
     drawing_seconds: float = 0.0  # of `seconds`: playing the drawn steps, drawing and writing the GIF
-    steps_played_on: int = 0      # steps played past the last frame (without drawing)
+    steps_played_on: int = 0  # steps played past the last frame (without drawing)
     score_unit: str | None = None  # the game's (VecEnv.score_unit); None: the score is the return
 
     @property
     def caption(self) -> str:
         score = self.episode_score if self.score_unit else None
-        return clip_caption(self.steps_shown, self.episode_steps, self.episode_ended, self.episode_return, score,
-                            self.score_unit)
+        return clip_caption(
+            self.steps_shown, self.episode_steps, self.episode_ended, self.episode_return, score, self.score_unit
+        )
 
     def event_fields(self) -> dict:
         """The `gif` event's fields (trainer/run/events.py EVENT_SCHEMA)."""
-        return {"path": str(self.path), "episode_return": self.episode_return, "episode_score": self.episode_score,
-                "frames": self.frames, "seconds": self.seconds, "steps_shown": self.steps_shown,
-                "episode_steps": self.episode_steps, "episode_ended": self.episode_ended}
+        return {
+            "path": str(self.path),
+            "episode_return": self.episode_return,
+            "episode_score": self.episode_score,
+            "frames": self.frames,
+            "seconds": self.seconds,
+            "steps_shown": self.steps_shown,
+            "episode_steps": self.episode_steps,
+            "episode_ended": self.episode_ended,
+        }
 
 
 class GifRecorder:
     def __init__(self, make_env, policy_spec: dict, max_frames: int):
-        self._make_env = make_env          # () -> VecEnv with num_envs=1 on the CPU
+        self._make_env = make_env  # () -> VecEnv with num_envs=1 on the CPU
         self._env = None
         self.policy = build_policy(policy_spec)
         self.policy.eval()
@@ -116,10 +125,19 @@ class GifRecorder:
             score = float(running[0]) if running is not None else None
         write_gif(frames, path, fps=gif_fps(env))
         seconds = time.perf_counter() - started
-        return GifResult(Path(path), episode_return, score, len(frames), seconds, steps_shown, step, ended,
-                         drawing_seconds=seconds - played_on_seconds,
-                         steps_played_on=step - played_on_from if playing_on_since is not None else 0,
-                         score_unit=getattr(env, "score_unit", None))
+        return GifResult(
+            Path(path),
+            episode_return,
+            score,
+            len(frames),
+            seconds,
+            steps_shown,
+            step,
+            ended,
+            drawing_seconds=seconds - played_on_seconds,
+            steps_played_on=step - played_on_from if playing_on_since is not None else 0,
+            score_unit=getattr(env, "score_unit", None),
+        )
 
     def close(self) -> None:
         if self._env is not None:
@@ -128,7 +146,7 @@ class GifRecorder:
 
 
 GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005  # the first GIF's cost guesses; later ones use the measured costs
-GIF_SECONDS_PER_STEP_ESTIMATE = 0.001   # playing on without drawing
+GIF_SECONDS_PER_STEP_ESTIMATE = 0.001  # playing on without drawing
 
 
 class GifSchedule:
@@ -151,10 +169,10 @@ class GifSchedule:
         self.interval = interval
         self.max_frames = max_frames
         self.time_fraction = time_fraction
-        self.seconds_spent = seconds_spent         # saved in checkpoints: a resumed run keeps its budget
+        self.seconds_spent = seconds_spent  # saved in checkpoints: a resumed run keeps its budget
         self.seconds_per_frame = GIF_SECONDS_PER_FRAME_ESTIMATE
         self.seconds_per_step = GIF_SECONDS_PER_STEP_ESTIMATE
-        self.last_started: float | None = None     # perf_counter of this session's last GIF
+        self.last_started: float | None = None  # perf_counter of this session's last GIF
 
     @property
     def unbudgeted(self) -> bool:
@@ -208,6 +226,15 @@ def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 30) -> Pa
     samples = np.concatenate([small[i] for i in np.linspace(0, len(small) - 1, min(4, len(small))).astype(int)])
     palette_source = Image.fromarray(samples).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
     quantised = [image.quantize(palette=palette_source, dither=Image.Dither.NONE) for image in images]
-    return atomic_write(path, lambda file: quantised[0].save(
-        file, format="GIF", save_all=True, append_images=quantised[1:],
-        duration=max(20, round(1000 / max(1, fps))), loop=0, optimize=False))
+    return atomic_write(
+        path,
+        lambda file: quantised[0].save(
+            file,
+            format="GIF",
+            save_all=True,
+            append_images=quantised[1:],
+            duration=max(20, round(1000 / max(1, fps))),
+            loop=0,
+            optimize=False,
+        ),
+    )

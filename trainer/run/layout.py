@@ -6,6 +6,7 @@ the two never disagree about where a file is. No other module spells a run file'
 layout; the README's table is generated from it (`layout_markdown`) and docs/architecture.md
 ("Run directory") lists the same entries (tests/test_run_dir.py keeps them equal).
 """
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ LAYOUT: dict[str, str] = {
     LOG_FILE: "the log lines, with timestamps",
     OWNER_FILE: "pid, host and start time of the process training in the folder (while it trains)",
     f"{CHECKPOINTS_DIR}/ckpt_<step>.pth": "every `checkpoint.interval` updates and at the end; the last "
-                                          "`checkpoint.keep` kept, plus the best (`checkpoint.path` moves the folder)",
+    "`checkpoint.keep` kept, plus the best (`checkpoint.path` moves the folder)",
     f"{CHECKPOINTS_DIR}/{BEST_FILE}": "step and `recent_return_mean` of the best checkpoint (`checkpoint.keep_best`)",
     f"{ROLLOUTS_DIR}/step_<step>.gif": "rollout GIFs",
     f"<env>_<algo>{FINAL_MODEL_SUFFIX}": "the final model, e.g. `flappy_bird_ppo_final.pth`",
@@ -44,7 +45,7 @@ LAYOUT: dict[str, str] = {
     f"{TENSORBOARD_DIR}/": "TensorBoard scalars, with `tensorboard: true` (then `tensorboard --logdir runs`)",
     NOTES_FILE: "the name and notes a person gave the run (the studio's Runs tab)",
     NODES_FILE: "the node table of a cluster run: each node, its ranks and speed, connect / lost lines "
-                "(kept by the master, shown by the studio)",
+    "(kept by the master, shown by the studio)",
 }
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -204,7 +205,8 @@ def holds_a_run(run_dir: Path, config: Any) -> bool:
     """The folder already has events or checkpoints of a run (so training into it is a resume)."""
     metrics = events_path(run_dir)
     return (metrics.is_file() and metrics.stat().st_size > 0) or bool(
-        list_checkpoints(checkpoint_folder(run_dir, config)))
+        list_checkpoints(checkpoint_folder(run_dir, config))
+    )
 
 
 # ---------------------------------------------------------------------------------------------

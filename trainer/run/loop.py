@@ -17,32 +17,43 @@ trainer/run/resume.py, the GIF schedule and budget in trainer/run/gif.py, mergin
 The algorithm (`config.algo`, trainer/algos/registry.py) is called through its protocol only, so
 every algorithm runs through this one loop, for the CLI, the API, the studio and every rank.
 """
+
 from __future__ import annotations
 
 import errno
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from trainer.run.checkpoint import atomic_save
-from trainer.config.keys import TrainConfig, config_from_dict
-from trainer.run.ranks import DistributedContext, setup_distributed
-from trainer.run.events import EVENT_SCHEMA, EventBus, EventSink
-from trainer.run.gif import GifSchedule
-from trainer.nets.policies import ActorCritic
 from trainer.algos.base import Algorithm, Progress, Setup
 from trainer.algos.registry import algorithm_class
-from trainer.run.resume import ResumeError, checkpoint_payload, model_payload, resume_session
+from trainer.config.keys import TrainConfig
+from trainer.config.validation import config_from_dict
+from trainer.nets.policies import ActorCritic
+from trainer.run.checkpoint import atomic_save
+from trainer.run.events import EVENT_SCHEMA, EventBus, EventSink
+from trainer.run.gif import GifSchedule
 from trainer.run.layout import checkpoint_folder, checkpoint_path, final_model_path, rollout_gif_path, write_config
 from trainer.run.owner import RunOwner, take_ownership
+from trainer.run.ranks import DistributedContext, setup_distributed
+from trainer.run.resume import ResumeError, checkpoint_payload, model_payload, resume_session
 from trainer.run.retention import prune_checkpoints, record_checkpoint_return
 from trainer.run.seeding import seeds
-from trainer.run.setup import (EnvFactory, attach_tensorboard, config_env_factory, device_type, open_run_dir,
-                              pick_device, policy_spec, scaled_learning_rate, set_threads)
+from trainer.run.setup import (
+    EnvFactory,
+    attach_tensorboard,
+    config_env_factory,
+    device_type,
+    open_run_dir,
+    pick_device,
+    policy_spec,
+    scaled_learning_rate,
+    set_threads,
+)
 from trainer.run.storage import failure_message, storage_error
 
 # errno values of a failed write (a GIF that hits these stops the run; other GIF failures only turn GIFs off)
@@ -53,17 +64,22 @@ __all__ = ["train", "TrainResult", "TrainingSession", "ResumeError", "open_run_d
 
 @dataclass
 class TrainResult:
-    status: str                  # finished / stopped
-    step: int                    # environment steps done (all ranks)
-    run_dir: Path | None         # None for an in-memory session (the Python API's run_dir=None)
-    final_model: Path | None     # None on ranks other than 0, and in memory
-    last_metrics: dict | None    # the last metrics event
-    policy: ActorCritic          # the trained network (on the training device)
+    status: str  # finished / stopped
+    step: int  # environment steps done (all ranks)
+    run_dir: Path | None  # None for an in-memory session (the Python API's run_dir=None)
+    final_model: Path | None  # None on ranks other than 0, and in memory
+    last_metrics: dict | None  # the last metrics event
+    policy: ActorCritic  # the trained network (on the training device)
 
 
-def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink] | None = None,
-          should_stop: Callable[[], bool] | None = None, resume: bool = False,
-          preflight: bool = True) -> TrainResult:
+def train(
+    config: TrainConfig | dict,
+    run_dir: str | Path,
+    sinks: list[EventSink] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    resume: bool = False,
+    preflight: bool = True,
+) -> TrainResult:
     """Train a policy as `config` says, writing everything into `run_dir`.
 
     config: a TrainConfig or a dict of YAML keys; either is validated (a hand-built TrainConfig
@@ -109,16 +125,21 @@ def train(config: TrainConfig | dict, run_dir: str | Path, sinks: list[EventSink
             owner.release(run_dir)
 
 
-def report_failure(bus: EventBus, error: BaseException, session: "TrainingSession | None",
-                   run_dir: Path | None = None) -> None:
+def report_failure(
+    bus: EventBus, error: BaseException, session: TrainingSession | None, run_dir: Path | None = None
+) -> None:
     """An `error` event (not for Ctrl-C; its message from trainer.run.storage.failure_message, which
     names a full disk) and the `end` event of a run that did not finish."""
     interrupted = isinstance(error, KeyboardInterrupt)
     if not interrupted:
         folder = run_dir if run_dir is not None else session.run_dir if session is not None else None
         bus.emit_last("error", message=failure_message(error, folder), traceback=traceback.format_exc())
-    bus.emit_last("end", status="stopped" if interrupted else "failed",
-                  step=session.global_step if session else 0, final_model=None)
+    bus.emit_last(
+        "end",
+        status="stopped" if interrupted else "failed",
+        step=session.global_step if session else 0,
+        final_model=None,
+    )
 
 
 class TrainingSession:
@@ -129,8 +150,14 @@ class TrainingSession:
     the config's env (the API's Gymnasium factories and VecEnv objects).
     """
 
-    def __init__(self, config: TrainConfig, run_dir: Path | None, bus: EventBus,
-                 context: DistributedContext | None = None, env_factory: EnvFactory | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: Path | None,
+        bus: EventBus,
+        context: DistributedContext | None = None,
+        env_factory: EnvFactory | None = None,
+    ):
         self.config = config
         self.run_dir = run_dir
         self.bus = bus
@@ -142,7 +169,7 @@ class TrainingSession:
         self.env = None
         self.gif_recorder = None
         set_threads(config, self.device, self.world_size)
-        self._pending_logs: list[str] = []    # said before the start event; emitted right after it
+        self._pending_logs: list[str] = []  # said before the start event; emitted right after it
         start = seeds(config.seed, self.rank)
 
         torch.manual_seed(start.network)  # network initialisation: the same on every rank
@@ -153,10 +180,18 @@ class TrainingSession:
         self.policy_spec = policy_spec(config, self.env)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(start.sampling)
-        self.algorithm: Algorithm = algorithm_class(config.algo)(Setup(
-            config, self.env, self.device, self.policy_spec, self.generator,
-            reduce_mean=context.all_reduce_mean_ if context is not None else None, reduce_sum=self._reduce_sum,
-            broadcast=context.broadcast_module_ if context is not None else None))
+        self.algorithm: Algorithm = algorithm_class(config.algo)(
+            Setup(
+                config,
+                self.env,
+                self.device,
+                self.policy_spec,
+                self.generator,
+                reduce_mean=context.all_reduce_mean_ if context is not None else None,
+                reduce_sum=self._reduce_sum,
+                broadcast=context.broadcast_module_ if context is not None else None,
+            )
+        )
         self._metric_blanks = metric_blanks(self.algorithm)
         self.base_learning_rate, lr_message = scaled_learning_rate(config, self.world_size)
         if lr_message:
@@ -167,7 +202,7 @@ class TrainingSession:
         self.global_step = 0
         self.update = 0
         self.episodes = 0
-        self.elapsed_before = 0.0       # training seconds of earlier sessions (resumed runs, earlier learn())
+        self.elapsed_before = 0.0  # training seconds of earlier sessions (resumed runs, earlier learn())
         self.session_started = time.perf_counter()
         self.session_start_step = 0
         self.resumed_from_step: int | None = None
@@ -179,8 +214,9 @@ class TrainingSession:
             from trainer.run.gif import GifRecorder
 
             make_gif_env = env_factory or config_env_factory(config, in_process=True)
-            self.gif_recorder = GifRecorder(lambda: make_gif_env(1, "cpu", start.gif_env), self.policy_spec,
-                                            config.gif_max_frames)
+            self.gif_recorder = GifRecorder(
+                lambda: make_gif_env(1, "cpu", start.gif_env), self.policy_spec, config.gif_max_frames
+            )
 
     @property
     def policy(self) -> ActorCritic:
@@ -202,14 +238,15 @@ class TrainingSession:
                 self.bus.log(f"stop requested: saving at step {self.global_step}")
                 break
             self.update += 1
-            statistics = self.train_one_update()        # the algorithm's collect -> update
+            statistics = self.train_one_update()  # the algorithm's collect -> update
             self.global_step += self.steps_per_update
             self.emit_metrics(statistics)
             if self._writes_files and self._checkpoint_due():
                 self.save_checkpoint()
                 last_checkpoint_update = self.update
-            if self.gif_recorder is not None and self.gif_schedule.due(time.perf_counter(), self.training_seconds(),
-                                                                       self._recent_episode_length()):
+            if self.gif_recorder is not None and self.gif_schedule.due(
+                time.perf_counter(), self.training_seconds(), self._recent_episode_length()
+            ):
                 self.record_gif(self.training_seconds())
         final_model = None
         if self._writes_files:
@@ -219,8 +256,9 @@ class TrainingSession:
             if self.gif_recorder is not None and self.update > 0 and status == "finished":
                 self.record_gif(training_seconds=None)  # after training: it slows nothing
         if self.is_main:
-            self.bus.emit("end", status=status, step=self.global_step,
-                          final_model=str(final_model) if final_model else None)
+            self.bus.emit(
+                "end", status=status, step=self.global_step, final_model=str(final_model) if final_model else None
+            )
         # Seconds of this session count as earlier time for a later run() (the API's learn() again).
         self.elapsed_before = self.training_seconds()
         self.session_started = time.perf_counter()
@@ -262,11 +300,16 @@ class TrainingSession:
             return
         if self._writes_files:
             write_config(self.run_dir, self.config)
-        self.bus.emit("start", run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
-                      config=self.config.to_dict(), device=str(self.device),
-                      total_timesteps=self.global_step + (self.num_updates - self.update) * self.steps_per_update,
-                      resumed_from_step=self.resumed_from_step, world_size=self.world_size,
-                      num_updates=self.num_updates)
+        self.bus.emit(
+            "start",
+            run_id=self.run_dir.name if self.run_dir is not None else "in-memory",
+            config=self.config.to_dict(),
+            device=str(self.device),
+            total_timesteps=self.global_step + (self.num_updates - self.update) * self.steps_per_update,
+            resumed_from_step=self.resumed_from_step,
+            world_size=self.world_size,
+            num_updates=self.num_updates,
+        )
         for message in self._pending_logs:
             self.bus.log(message)
         self._pending_logs.clear()
@@ -274,8 +317,12 @@ class TrainingSession:
     def emit_metrics(self, statistics: dict) -> dict:
         """The metrics event of the update just done (episode numbers merged over all ranks)."""
         summary = self.env.stats.drain()
-        totals = [summary.count, (summary.return_mean or 0.0) * summary.count,
-                  (summary.length_mean or 0.0) * summary.count, (summary.score_mean or 0.0) * summary.count]
+        totals = [
+            summary.count,
+            (summary.return_mean or 0.0) * summary.count,
+            (summary.length_mean or 0.0) * summary.count,
+            (summary.score_mean or 0.0) * summary.count,
+        ]
         recent = [summary.recent_return_mean, summary.recent_length_mean, summary.recent_score_mean]
         if self.context is not None:
             totals, recent = self.context.merge_episode_numbers(totals, recent, self.device)
@@ -288,17 +335,24 @@ class TrainingSession:
             return total / count if count else None
 
         fields = dict(
-            step=self.global_step, update=self.update,
+            step=self.global_step,
+            update=self.update,
             fps=steps_this_session / max(session_seconds, 1e-9),
             elapsed=self.elapsed_before + session_seconds,
             episodes=self.episodes,
-            episode_return_mean=mean(totals[1]), episode_length_mean=mean(totals[2]),
+            episode_return_mean=mean(totals[1]),
+            episode_length_mean=mean(totals[2]),
             episode_score_mean=mean(totals[3]),
-            recent_return_mean=recent[0], recent_length_mean=recent[1], recent_score_mean=recent[2],
-            episode_return_max=summary.return_max, episode_score_max=summary.score_max,
-            episodes_this_update=count, total_timesteps=self.num_updates * self.steps_per_update,
+            recent_return_mean=recent[0],
+            recent_length_mean=recent[1],
+            recent_score_mean=recent[2],
+            episode_return_max=summary.return_max,
+            episode_score_max=summary.score_max,
+            episodes_this_update=count,
+            total_timesteps=self.num_updates * self.steps_per_update,
             final_update=self.update == self.num_updates,
-            **statistics)
+            **statistics,
+        )
         for name in self._metric_blanks:
             fields.setdefault(name, None)
         if self.is_main:
@@ -330,14 +384,18 @@ class TrainingSession:
         self.gif_schedule.started(time.perf_counter())
         play_on = self.gif_schedule.play_on_seconds(training_seconds, self._recent_episode_length())
         try:
-            result = self.gif_recorder.record(self.policy.state_dict(), path,
-                                              seed=seeds(self.config.seed, update=self.update).gif,
-                                              play_on_seconds=play_on)
+            result = self.gif_recorder.record(
+                self.policy.state_dict(),
+                path,
+                seed=seeds(self.config.seed, update=self.update).gif,
+                play_on_seconds=play_on,
+            )
         except Exception as error:  # noqa: BLE001 - a GIF must never end a training run, except a full disk
             if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
                 raise storage_error(path, error) from None  # the disk, not the GIF: checkpoints fail next
-            self.bus.log(f"rollout GIFs turned off: recording one failed with {type(error).__name__}: {error}",
-                         level="warning")
+            self.bus.log(
+                f"rollout GIFs turned off: recording one failed with {type(error).__name__}: {error}", level="warning"
+            )
             self.gif_recorder.close()
             self.gif_recorder = None
             return
@@ -387,6 +445,8 @@ def metric_blanks(algorithm: Algorithm) -> tuple[str, ...]:
     schema = EVENT_SCHEMA["metrics"]
     unknown = [name for name in algorithm.metric_names if name not in schema.fields]
     if unknown:
-        raise ValueError(f"{type(algorithm).__name__}.metric_names has {unknown}, which no metrics event carries: "
-                         f"declare them in trainer/config/metrics.py")
+        raise ValueError(
+            f"{type(algorithm).__name__}.metric_names has {unknown}, which no metrics event carries: "
+            f"declare them in trainer/config/metrics.py"
+        )
     return tuple(name for name in schema.required if name not in algorithm.metric_names)

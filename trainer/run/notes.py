@@ -1,5 +1,6 @@
 """A run's name and notes: what a person wrote about it in the studio (never read by the trainer),
 kept in notes.json of the run folder and checked the same way on every way in."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ class RunNotes:
 def _control_character(text: str, allowed: str = "") -> str | None:
     """The first control character of `text` (not counting `allowed`), as U+XXXX, or None."""
     for position, character in enumerate(text):
-        if character not in allowed and (ord(character) < 32 or 127 <= ord(character) < 160
-                                         or character in "\u2028\u2029"):
+        if character not in allowed and (
+            ord(character) < 32 or 127 <= ord(character) < 160 or character in "\u2028\u2029"
+        ):
             return f"U+{ord(character):04X} at character {position + 1}"
     return None
 
@@ -41,11 +43,14 @@ def check_run_notes(name: object, notes: object) -> RunNotes:
         raise ValueError("The name and the notes must be text.")
     name, notes = name.strip(), notes.replace("\r\n", "\n").strip()
     if len(name) > MAX_RUN_NAME_CHARS:
-        raise ValueError(f"The name is {len(name):,} characters long; a name is at most {MAX_RUN_NAME_CHARS} "
-                         "(put longer text in the notes).")
+        raise ValueError(
+            f"The name is {len(name):,} characters long; a name is at most {MAX_RUN_NAME_CHARS} "
+            "(put longer text in the notes)."
+        )
     if len(notes) > MAX_RUN_NOTES_CHARS:
-        raise ValueError(f"The notes are {len(notes):,} characters long; notes are at most "
-                         f"{MAX_RUN_NOTES_CHARS:,}. Shorten them.")
+        raise ValueError(
+            f"The notes are {len(notes):,} characters long; notes are at most {MAX_RUN_NOTES_CHARS:,}. Shorten them."
+        )
     bad = _control_character(name)
     if bad:
         raise ValueError(f"The name holds a control character ({bad}); a name is one line of plain text.")

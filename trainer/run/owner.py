@@ -3,6 +3,7 @@
 `train()` takes owner.json (`take_ownership`) before it writes anything and releases it when it
 returns; a second trainer, a resume or a delete is refused while the owner lives.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ class RunOwner:
 
     pid: int
     host: str
-    started_at: float                 # when it took the folder (unix seconds)
-    process_started: float | None     # the process's own start time: tells a reused pid apart
+    started_at: float  # when it took the folder (unix seconds)
+    process_started: float | None  # the process's own start time: tells a reused pid apart
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
@@ -55,9 +56,12 @@ def read_owner(run_dir: str | Path) -> RunOwner | None:
     """owner.json of a run folder, or None (none, or unreadable)."""
     try:
         data = json.loads(owner_path(run_dir).read_text(encoding="utf-8"))
-        return RunOwner(pid=int(data["pid"]), host=str(data["host"]), started_at=float(data["started_at"]),
-                        process_started=None if data.get("process_started") is None
-                        else float(data["process_started"]))
+        return RunOwner(
+            pid=int(data["pid"]),
+            host=str(data["host"]),
+            started_at=float(data["started_at"]),
+            process_started=None if data.get("process_started") is None else float(data["process_started"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -78,12 +82,15 @@ def take_ownership(run_dir: str | Path) -> RunOwner:
     for _ in range(3):
         current = read_owner(run_dir)
         if current is not None and current.is_alive() and current.pid != pid:
-            raise RunOwnedError(f"{run_dir} is being trained by {current.describe()}; stop that run first (or wait "
-                                f"for it to end), or delete {target} if you know it is gone")
+            raise RunOwnedError(
+                f"{run_dir} is being trained by {current.describe()}; stop that run first (or wait "
+                f"for it to end), or delete {target} if you know it is gone"
+            )
         # Written whole under a temporary name, then linked into place: os.link fails if another
         # process linked its owner file first, so exactly one of two racing writers wins.
-        staged = atomic_write(target.with_name(f".{OWNER_FILE}.{pid}.{uuid.uuid4().hex[:8]}"),
-                              json.dumps(asdict(owner)))
+        staged = atomic_write(
+            target.with_name(f".{OWNER_FILE}.{pid}.{uuid.uuid4().hex[:8]}"), json.dumps(asdict(owner))
+        )
         try:
             if current is not None:
                 target.unlink(missing_ok=True)  # a dead owner's, or our own earlier one

@@ -1,6 +1,7 @@
 """Is a process alive, and when did it start: the owner file and the stale-temporary cleanup both
 ask (a pid alone can be reused, its start time tells the two apart). Imports neither torch nor
 the studio."""
+
 from __future__ import annotations
 
 import os

@@ -18,6 +18,7 @@ all-reduce), because c10d rendezvous numbers machines by host name, not by who i
 peer that dies makes the collectives fail within `COLLECTIVE_TIMEOUT` instead of gloo's 30
 minutes, so the elastic agent can re-form the ranks.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,7 @@ class DistributedContext:
     world_size: int
     local_rank: int
     backend: str
-    main_rank: int = 0     # the rank that writes the run folder (the master's first rank)
+    main_rank: int = 0  # the rank that writes the run folder (the master's first rank)
 
     @property
     def is_main(self) -> bool:
@@ -78,18 +79,26 @@ class DistributedContext:
         self.all_reduce_sum_(tensor)
         return bool(tensor.item() > 0)
 
-    def merge_episode_numbers(self, totals: list[float], recent: list[float | None],
-                              device: torch.device) -> tuple[list[float], list[float | None]]:
+    def merge_episode_numbers(
+        self, totals: list[float], recent: list[float | None], device: torch.device
+    ) -> tuple[list[float], list[float | None]]:
         """Sum the episode totals (count, sums of return / length / score) of all ranks; average
         their recent-100 means over the ranks that have any (one all-reduce)."""
-        packed = torch.tensor(totals + [value if value is not None else 0.0 for value in recent]
-                              + [1.0 if recent[0] is not None else 0.0], dtype=torch.float64, device=device)
+        packed = torch.tensor(
+            totals
+            + [value if value is not None else 0.0 for value in recent]
+            + [1.0 if recent[0] is not None else 0.0],
+            dtype=torch.float64,
+            device=device,
+        )
         self.all_reduce_sum_(packed)
         host = packed.tolist()
         ranks_with_recent = host[-1]
-        merged_recent = [value / ranks_with_recent if ranks_with_recent else None
-                         for value in host[len(totals):len(totals) + len(recent)]]
-        return host[:len(totals)], merged_recent
+        merged_recent = [
+            value / ranks_with_recent if ranks_with_recent else None
+            for value in host[len(totals) : len(totals) + len(recent)]
+        ]
+        return host[: len(totals)], merged_recent
 
     def barrier(self) -> None:
         import torch.distributed as dist
@@ -118,13 +127,20 @@ def setup_distributed(backend: str = "auto", device_type: str | None = None) -> 
     if not dist.is_initialized():
         missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
         if missing:
-            raise RuntimeError(f"WORLD_SIZE is set but {', '.join(missing)} is not: start distributed runs "
-                               f"with torchrun (e.g. torchrun --nproc_per_node 2 -m trainer --config ...)")
+            raise RuntimeError(
+                f"WORLD_SIZE is set but {', '.join(missing)} is not: start distributed runs "
+                f"with torchrun (e.g. torchrun --nproc_per_node 2 -m trainer --config ...)"
+            )
         dist.init_process_group(backend=backend, timeout=COLLECTIVE_TIMEOUT)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    return DistributedContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=dist.get_backend(),
-                              main_rank=_writer_rank(rank, world_size, local_rank, device_type))
+    return DistributedContext(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        backend=dist.get_backend(),
+        main_rank=_writer_rank(rank, world_size, local_rank, device_type),
+    )
 
 
 def _writer_rank(rank: int, world_size: int, local_rank: int, device_type: str) -> int:

@@ -11,6 +11,7 @@ cluster, whatever number the re-formed world gives it). Other ranks, Gymnasium e
 changed num_envs start fresh episodes with new random streams (`trainer.run.seeding`, at the
 checkpoint's update).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer.run.checkpoint import (FORMAT, FORMAT_VERSION, capture_env_state, latest_checkpoint, library_versions,
-                                restore_env_state, weights_mismatch)
+from trainer.run.checkpoint import (
+    FORMAT,
+    FORMAT_VERSION,
+    capture_env_state,
+    latest_checkpoint,
+    library_versions,
+    restore_env_state,
+    weights_mismatch,
+)
 from trainer.run.events import trim_events_after
 from trainer.run.layout import checkpoint_folder, events_path, list_checkpoints
 from trainer.run.seeding import seeds
@@ -62,38 +70,51 @@ def refuse_finished_run(run_dir: str | Path, total_timesteps: int) -> None:
     total_timesteps continues it (TrainingSession.recount_updates)."""
     step = finished_at(run_dir)
     if step is not None and total_timesteps <= step:
-        raise ResumeError(f"run {Path(run_dir).name} finished at step {step} (its end is in {events_path(run_dir)}); "
-                          f"to train further, continue it with --resume {run_dir} --set total_timesteps=M, M larger "
-                          f"than {step} (e.g. --set total_timesteps={2 * step})")
+        raise ResumeError(
+            f"run {Path(run_dir).name} finished at step {step} (its end is in {events_path(run_dir)}); "
+            f"to train further, continue it with --resume {run_dir} --set total_timesteps=M, M larger "
+            f"than {step} (e.g. --set total_timesteps={2 * step})"
+        )
 
 
-def model_payload(session: "TrainingSession") -> dict:
+def model_payload(session: TrainingSession) -> dict:
     """The final model (`kind: model`): enough for `load_model(path).predict(obs)`."""
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": "model",
-        "policy_spec": session.policy_spec, "policy_state": session.policy.state_dict(),  # the algorithm's policy
-        "config": session.config.to_dict(), "env_name": session.config.env_name, "algo": session.config.algo,
-        "global_step": session.global_step, "update": session.update,
-        "elapsed": session.training_seconds(), "episodes": session.episodes, "versions": library_versions(),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": "model",
+        "policy_spec": session.policy_spec,
+        "policy_state": session.policy.state_dict(),  # the algorithm's policy
+        "config": session.config.to_dict(),
+        "env_name": session.config.env_name,
+        "algo": session.config.algo,
+        "global_step": session.global_step,
+        "update": session.update,
+        "elapsed": session.training_seconds(),
+        "episodes": session.episodes,
+        "versions": library_versions(),
     }
 
 
-def checkpoint_payload(session: "TrainingSession") -> dict:
+def checkpoint_payload(session: TrainingSession) -> dict:
     """The model plus everything an exact resume needs (`kind: checkpoint`)."""
     payload = model_payload(session)
-    payload.update({
-        "kind": "checkpoint",
-        "algorithm_state": session.algorithm.state_dict(),
-        "rng": {"sampling": session.generator.get_state()},
-        "env_state": capture_env_state(session.env),
-        "next_obs": session.next_obs,
-        "num_envs": session.config.num_envs, "world_size": session.world_size,
-        "gif_seconds": session.gif_schedule.seconds_spent,
-    })
+    payload.update(
+        {
+            "kind": "checkpoint",
+            "algorithm_state": session.algorithm.state_dict(),
+            "rng": {"sampling": session.generator.get_state()},
+            "env_state": capture_env_state(session.env),
+            "next_obs": session.next_obs,
+            "num_envs": session.config.num_envs,
+            "world_size": session.world_size,
+            "gif_seconds": session.gif_schedule.seconds_spent,
+        }
+    )
     return payload
 
 
-def resume_session(session: "TrainingSession") -> None:
+def resume_session(session: TrainingSession) -> None:
     """Continue `session` from the newest loadable checkpoint of its run; a run that died before
     its first checkpoint starts again from step 0 in its own folder (nothing to lose)."""
     folder = checkpoint_folder(session.run_dir, session.config)
@@ -102,41 +123,52 @@ def resume_session(session: "TrainingSession") -> None:
     if not list_checkpoints(folder):
         if session.is_main:
             dropped = trim_events_after(events_path(session.run_dir), 0)
-            session._pending_logs.append(f"no checkpoint to resume from (the run ended before its first one): "
-                                         f"training it again from step 0 in {session.run_dir}"
-                                         + (f" ({dropped} events of the earlier attempt dropped)" if dropped else ""))
+            session._pending_logs.append(
+                f"no checkpoint to resume from (the run ended before its first one): "
+                f"training it again from step 0 in {session.run_dir}"
+                + (f" ({dropped} events of the earlier attempt dropped)" if dropped else "")
+            )
         return
     path = restore_latest(session, folder)
     session.recount_updates()
     if session.is_main:
         dropped = trim_events_after(events_path(session.run_dir), session.global_step)
-        session._pending_logs.append(f"resumed from {path} at step {session.global_step}" + (
-            f" ({dropped} events after it dropped from metrics.jsonl)" if dropped else ""))
+        session._pending_logs.append(
+            f"resumed from {path} at step {session.global_step}"
+            + (f" ({dropped} events after it dropped from metrics.jsonl)" if dropped else "")
+        )
 
 
-def restore_latest(session: "TrainingSession", folder: Path) -> Path:
+def restore_latest(session: TrainingSession, folder: Path) -> Path:
     """Load the newest loadable checkpoint in `folder` into `session`; returns its path."""
     found = latest_checkpoint(folder, map_location=session.device)
     if found is None:
-        raise ResumeError(f"nothing to resume: no loadable checkpoint in {folder}. Start a new run instead, "
-                          f"or point --resume at a run directory that has checkpoints/ckpt_<step>.pth")
+        raise ResumeError(
+            f"nothing to resume: no loadable checkpoint in {folder}. Start a new run instead, "
+            f"or point --resume at a run directory that has checkpoints/ckpt_<step>.pth"
+        )
     path, payload = found
     restore(session, payload, path)
     return path
 
 
-def restore(session: "TrainingSession", payload: dict, path: Path | str = "the checkpoint") -> None:
+def restore(session: TrainingSession, payload: dict, path: Path | str = "the checkpoint") -> None:
     """Put a checkpoint (or a final model: its weights and counters) into `session`."""
     saved_algo = payload.get("algo") or "ppo"  # format 1 files of `algo: ppo` / `a2c` carry it too
     if saved_algo != session.config.algo:
-        raise ResumeError(f"{path} was trained with algo {saved_algo!r}, but this config trains "
-                          f"{session.config.algo!r}; resume with the run's own config.yaml (or --set algo={saved_algo})")
+        raise ResumeError(
+            f"{path} was trained with algo {saved_algo!r}, but this config trains "
+            f"{session.config.algo!r}; resume with the run's own config.yaml "
+            f"(or --set algo={saved_algo})"
+        )
     saved_spec, spec = payload["policy_spec"], session.policy_spec
     if saved_spec != spec:
-        raise ResumeError(f"{path} holds a {saved_spec['model_type']} network for observations "
-                          f"{saved_spec['obs_shape']} / actions {saved_spec['action']}, but this config builds "
-                          f"{spec['model_type']} for {spec['obs_shape']} / {spec['action']}; resume with the "
-                          f"run's own config.yaml")
+        raise ResumeError(
+            f"{path} holds a {saved_spec['model_type']} network for observations "
+            f"{saved_spec['obs_shape']} / actions {saved_spec['action']}, but this config builds "
+            f"{spec['model_type']} for {spec['obs_shape']} / {spec['action']}; resume with the "
+            f"run's own config.yaml"
+        )
     problem = weights_mismatch(session.policy.state_dict(), payload.get("policy_state"))
     if problem:  # the spec matches, the weights do not: a damaged or crafted file
         raise ResumeError(f"{path}: the saved weights do not fit this run's network: {problem}")
@@ -149,8 +181,9 @@ def restore(session: "TrainingSession", payload: dict, path: Path | str = "the c
     if payload.get("kind") == "checkpoint":
         session.algorithm.load_state_dict(algorithm_state(payload))
         session.gif_schedule.seconds_spent = float(payload.get("gif_seconds", 0.0))
-        same_layout = (payload.get("num_envs") == session.config.num_envs
-                       and payload.get("world_size") == session.world_size)
+        same_layout = (
+            payload.get("num_envs") == session.config.num_envs and payload.get("world_size") == session.world_size
+        )
         # The env state saved is the writer's own: only the writer continues it exactly.
         if payload.get("env_state") is not None and same_layout and session.is_main:
             session.generator.set_state(payload["rng"]["sampling"])
@@ -186,8 +219,13 @@ def restore_across_ranks(context, session, folder) -> None:
     if context.is_main:
         dropped = trim_events_after(events_path(session.run_dir), step)
         session._pending_logs.append(
-            (f"resumed from {found[0]} at step {step} on {context.world_size} ranks" if found else
-             "no checkpoint yet: training from step 0") + (f" ({dropped} events after it dropped)" if dropped else ""))
+            (
+                f"resumed from {found[0]} at step {step} on {context.world_size} ranks"
+                if found
+                else "no checkpoint yet: training from step 0"
+            )
+            + (f" ({dropped} events after it dropped)" if dropped else "")
+        )
 
 
 def _to_device(value, device):

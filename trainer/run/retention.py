@@ -3,6 +3,7 @@
 One rule, `checkpoints_to_delete`, for the trainer's pruning after every save and the studio's
 *Delete old checkpoints* (K = 1) alike; resume always takes the newest checkpoint, never the best.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ def checkpoints_to_delete(folder: str | Path, keep: int, keep_best: bool = True)
     """The retention rule, in one place: every checkpoint but the newest `keep` (keep >= 1) and,
     with keep_best, the one best.json names. The newest is always kept: resume takes it."""
     found = list_checkpoints(folder)
-    spared = {step for step, _ in found[-max(1, keep):]}
+    spared = {step for step, _ in found[-max(1, keep) :]}
     best = read_best_checkpoint(folder) if keep_best else None
     if best is not None:
         spared.add(best.step)
@@ -75,8 +76,9 @@ def delete_old_checkpoints(run_dir: str | Path) -> list[Path]:
     (that process may be about to read or prune them)."""
     owner = live_owner(run_dir)
     if owner is not None:
-        raise RunOwnedError(f"{run_dir} is being trained by {owner.describe()}; stop the run before deleting "
-                            f"its old checkpoints")
+        raise RunOwnedError(
+            f"{run_dir} is being trained by {owner.describe()}; stop the run before deleting its old checkpoints"
+        )
     return prune_checkpoints(checkpoint_folder(run_dir, read_config(run_dir)), keep=1, keep_best=True)
 
 

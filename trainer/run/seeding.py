@@ -10,6 +10,7 @@ and the update a GIF is recorded at. Streams of different ranks and different re
 never coincide, and the GIF env has its own streams, so recording a GIF never changes what is
 learned.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,18 +22,20 @@ _STREAM_STRIDE = 1_000_003
 
 @dataclass(frozen=True)
 class Seeds:
-    network: int    # torch.manual_seed before the network is built: the same on every rank
-    env: int        # the training env's construction and reset
-    sampling: int   # the generator of action sampling and minibatch shuffling
-    gif_env: int    # construction of the separate single GIF env
-    gif: int        # the reset of the GIF episode recorded at `update`
+    network: int  # torch.manual_seed before the network is built: the same on every rank
+    env: int  # the training env's construction and reset
+    sampling: int  # the generator of action sampling and minibatch shuffling
+    gif_env: int  # construction of the separate single GIF env
+    gif: int  # the reset of the GIF episode recorded at `update`
 
 
 def seeds(seed: int, rank: int = 0, update: int = 0) -> Seeds:
     """All seeds of rank `rank` for streams starting at `update` (0: a fresh run)."""
     restart = seed + _UPDATE_STRIDE * update
-    return Seeds(network=seed,
-                 env=restart + rank,
-                 sampling=restart * _STREAM_STRIDE + _UPDATE_STRIDE * rank + 1,
-                 gif_env=seed + _STREAM_STRIDE,
-                 gif=seed + _STREAM_STRIDE + update)
+    return Seeds(
+        network=seed,
+        env=restart + rank,
+        sampling=restart * _STREAM_STRIDE + _UPDATE_STRIDE * rank + 1,
+        gif_env=seed + _STREAM_STRIDE,
+        gif=seed + _STREAM_STRIDE + update,
+    )

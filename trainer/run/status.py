@@ -1,7 +1,8 @@
 """A run's state, one rule for a run the studio started and one found on disk alike."""
+
 from __future__ import annotations
 
-END_STATUSES = ("finished", "stopped", "failed")   # what an `end` event may say
+END_STATUSES = ("finished", "stopped", "failed")  # what an `end` event may say
 
 
 def run_status(end_status: str | None, owner_alive: bool, started: bool, stopping: bool = False) -> str:

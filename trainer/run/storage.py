@@ -5,6 +5,7 @@ what a run's `error` event (the studio's status line) and the CLI say about any 
 names the disk and the way out when the disk is full or the quota used up (ENOSPC / EDQUOT),
 wherever in training that happened.
 """
+
 from __future__ import annotations
 
 import errno
@@ -39,11 +40,14 @@ def disk_full_message(folder: str | Path, written: str | Path | None = None, nee
     and the way out."""
     free = free_bytes(folder)
     details = ([f"no space left on {written}"] if written else []) + (
-        [f"about {needed / 1e6:.1f} MB needed"] if needed else [])
+        [f"about {needed / 1e6:.1f} MB needed"] if needed else []
+    )
     details.append("the last checkpoint is intact: resume the run once there is room")
     free_text = f"{free / 1e6:.1f} MB free" if free is not None else "free space unknown"
-    return (f"the disk holding {folder} is full ({free_text}): free space or choose another --runs-dir "
-            f"({'; '.join(details)})")
+    return (
+        f"the disk holding {folder} is full ({free_text}): free space or choose another --runs-dir "
+        f"({'; '.join(details)})"
+    )
 
 
 def failure_message(error: BaseException, run_dir: str | Path | None = None) -> str:

@@ -5,6 +5,7 @@ lies about being the sender runs code on every other. `broadcast_value` sends on
 bytes; a receiver rebuilds dicts, lists, tuples, numbers, strings, tensors and numpy arrays and
 nothing else, so the worst a bad peer can send is wrong numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,12 @@ def pack(value: Any) -> tuple[str, bytes]:
     def raw(tensor: Tensor) -> dict:
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
         chunks.append(data)
-        entry = {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
-                 "at": offset[0], "bytes": len(data)}
+        entry = {
+            "dtype": str(tensor.dtype).removeprefix("torch."),
+            "shape": list(tensor.shape),
+            "at": offset[0],
+            "bytes": len(data),
+        }
         offset[0] += len(data)
         return entry
 
@@ -44,8 +49,10 @@ def pack(value: Any) -> tuple[str, bytes]:
             return {DICT: [[walk(key), walk(entry)] for key, entry in item.items()]}
         if isinstance(item, (list, tuple)):
             return {TUPLE if isinstance(item, tuple) else LIST: [walk(entry) for entry in item]}
-        raise TypeError(f"cannot send a {type(item).__name__} between ranks (only numbers, strings, lists, "
-                        f"tuples, dicts, tensors and numpy arrays)")
+        raise TypeError(
+            f"cannot send a {type(item).__name__} between ranks (only numbers, strings, lists, "
+            f"tuples, dicts, tensors and numpy arrays)"
+        )
 
     skeleton = json.dumps(walk(value))
     return skeleton, b"".join(chunks)
@@ -62,14 +69,14 @@ def unpack(skeleton: str, blob: bytes) -> Any:
         start, size = int(entry["at"]), int(entry["bytes"])
         if start < 0 or size < 0 or start + size > len(blob):
             raise ValueError("a tensor lies outside the bytes that came with it")
-        return buffer[start:start + size].clone().view(dtype).reshape([int(n) for n in entry["shape"]])
+        return buffer[start : start + size].clone().view(dtype).reshape([int(n) for n in entry["shape"]])
 
     def walk(item: Any) -> Any:
         if not isinstance(item, dict):
             return item
         if len(item) != 1:
             raise ValueError("not a skeleton written by trainer.run.wire.pack")
-        (tag, body), = item.items()
+        ((tag, body),) = item.items()
         if tag == DICT:
             return {walk(key): walk(entry) for key, entry in body}
         if tag in (LIST, TUPLE):
@@ -98,8 +105,11 @@ def broadcast_value(value: Any, src: int, rank: int, device: torch.device | str 
         if size == 0:
             received.append(b"")
             continue
-        part = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if sending
-                else torch.empty(size, dtype=torch.uint8, device=device))
+        part = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+            if sending
+            else torch.empty(size, dtype=torch.uint8, device=device)
+        )
         dist.broadcast(part, src=src)
         received.append(bytes(part.cpu().numpy()))
     if sending:

@@ -6,6 +6,7 @@ LAN address, a host name) is reachable from other machines, so the server must b
 and clients must send it as `Authorization: Bearer KEY` (or `X-API-Key: KEY`), compared in
 constant time.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -26,8 +27,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def require_key_for_public_bind(host: str, key: str | None, *, what: str, host_flag: str, key_flag: str,
-                                key_env: str, key_name: str = "a key") -> None:
+def require_key_for_public_bind(
+    host: str, key: str | None, *, what: str, host_flag: str, key_flag: str, key_env: str, key_name: str = "a key"
+) -> None:
     """Refuse (PublicBindError) a non-loopback `host` without `key`: anyone who reaches it could use it.
 
     what: the server, for people ("the policy server"); host_flag / key_flag / key_env: where the
@@ -36,7 +38,8 @@ def require_key_for_public_bind(host: str, key: str | None, *, what: str, host_f
         raise PublicBindError(
             f"{host_flag} {host} makes {what} reachable from other machines, so it needs {key_name}: pass "
             f"{key_flag} KEY (or set {key_env}); clients then send 'Authorization: Bearer KEY'. Use "
-            f"{host_flag} 127.0.0.1 to serve this machine only.")
+            f"{host_flag} 127.0.0.1 to serve this machine only."
+        )
 
 
 def presented_key(authorization: str | None, x_api_key: str | None = None) -> str:

@@ -9,6 +9,7 @@
 Episodes run in parallel on a batch of envs; env i plays its share of the episodes, so short
 episodes are not over-counted (as in Stable-Baselines3's evaluate_policy).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -26,7 +27,7 @@ class EvaluationResult:
     returns: list[float] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
-    cut_episodes: int = 0          # episodes stopped at max_episode_steps
+    cut_episodes: int = 0  # episodes stopped at max_episode_steps
     gif_path: Path | None = None
     gif_caption: str | None = None  # what the GIF shows of its episode (trainer/run/events.py clip_caption)
 
@@ -58,7 +59,8 @@ class EvaluationResult:
 
     def summary(self) -> str:
         lines = [
-            f"episodes: {self.episodes}" + (f" ({self.cut_episodes} cut at the step limit)" if self.cut_episodes else ""),
+            f"episodes: {self.episodes}"
+            + (f" ({self.cut_episodes} cut at the step limit)" if self.cut_episodes else ""),
             f"return:   {self.return_mean:.2f} +/- {self.return_std:.2f} (min {min(self.returns):.2f}, "
             f"max {max(self.returns):.2f})",
             f"score:    {self.score_mean:.2f} +/- {self.score_std:.2f} (min {min(self.scores):.2f}, "
@@ -73,22 +75,27 @@ class EvaluationResult:
 @dataclass(frozen=True)
 class EnvChoice:
     """The env a model plays: its name, options and wrappers."""
+
     name: str
     kwargs: dict
     wrappers: list[str] | None
 
 
-def choose_env(model: TrainedModel, env_name: str | None = None, env_kwargs: dict | None = None,
-               allow_custom_code: bool = False, source: str = "the model file",
-               flag: str = "evaluate(..., allow_custom_code=True)") -> EnvChoice:
+def choose_env(
+    model: TrainedModel,
+    env_name: str | None = None,
+    env_kwargs: dict | None = None,
+    allow_custom_code: bool = False,
+    source: str = "the model file",
+    flag: str = "evaluate(..., allow_custom_code=True)",
+) -> EnvChoice:
     """Which env evaluating `model` builds. A model file is data: the env the user names wins;
     the saved env_name is used only when it is a built-in or a registered Gymnasium id, and an
     entry point (`module:Class` env or wrappers) saved in the file is refused unless the user
-    allowed custom code (trainer.config.keys.require_code_permission, naming `flag`)."""
+    allowed custom code (trainer.config.permissions.require_code_permission, naming `flag`)."""
     from envs import resolve_env_name
-    from envs.base import EnvError
-
-    from trainer.config.keys import require_code_permission
+    from envs.errors import EnvError
+    from trainer.config.permissions import require_code_permission
 
     saved = model.config or {}
     wrappers = saved.get("wrappers") or None
@@ -104,8 +111,10 @@ def choose_env(model: TrainedModel, env_name: str | None = None, env_kwargs: dic
     try:
         resolve_env_name(saved_name)
     except EnvError as error:
-        raise ValueError(f"{source} was trained on {saved_name[:100]!r}, which is not an environment here "
-                         f"({str(error)[:200]}); name one (--env NAME)") from None
+        raise ValueError(
+            f"{source} was trained on {saved_name[:100]!r}, which is not an environment here "
+            f"({str(error)[:200]}); name one (--env NAME)"
+        ) from None
     kwargs = env_kwargs if env_kwargs is not None else saved.get("env_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise ValueError(f"{source}: env_kwargs must be a mapping, got {type(kwargs).__name__}")
@@ -120,7 +129,7 @@ def check_env_fits(model: TrainedModel, env, env_name: str) -> None:
     """Before the first forward pass, so that a model on the wrong game is told which shapes
     differ (torch would say only "mat1 and mat2 shapes cannot be multiplied")."""
     from envs import resolve_env_name
-    from envs.base import EnvError
+    from envs.errors import EnvError
 
     def canonical(name):
         try:
@@ -132,32 +141,46 @@ def check_env_fits(model: TrainedModel, env, env_name: str) -> None:
     if trained_on and canonical(trained_on) != canonical(env_name):
         advice = f"evaluate it on the env it was trained on ({trained_on})"
     else:
-        advice = (f"the model's config names {env_name}, but its network was built for another env: the env or "
-                  f"its env_kwargs changed since the model was trained, or the file was edited")
+        advice = (
+            f"the model's config names {env_name}, but its network was built for another env: the env or "
+            f"its env_kwargs changed since the model was trained, or the file was edited"
+        )
     expected, given = list(model.observation_shape), [int(size) for size in env.single_observation_space.shape]
     if given != expected:
-        raise EnvMismatchError(f"the model expects observations of shape {expected} but {env_name} gives "
-                               f"{given}: {advice}")
+        raise EnvMismatchError(
+            f"the model expects observations of shape {expected} but {env_name} gives {given}: {advice}"
+        )
     action, space = model.spec["action"], env.single_action_space
     if action["kind"] == "discrete":
         wanted, fits = f"one of {action['n']} actions", getattr(space, "n", None) == action["n"]
     else:
-        wanted, fits = f"{action['dim']} continuous action values", tuple(getattr(space, "shape", ())) == (
-            action["dim"],) and not hasattr(space, "n")
+        wanted, fits = (
+            f"{action['dim']} continuous action values",
+            tuple(getattr(space, "shape", ())) == (action["dim"],) and not hasattr(space, "n"),
+        )
     if not fits:
         raise EnvMismatchError(f"the model chooses {wanted} but {env_name} takes {space}: {advice}")
 
 
 @torch.no_grad()
-def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int | None = None,
-             device: str = "cpu", seed: int = 0, deterministic: bool = True, gif_path: str | Path | None = None,
-             gif_max_frames: int = 1000, max_episode_steps: int = 100_000, env_name: str | None = None,
-             env_kwargs: dict | None = None, allow_custom_code: bool = False) -> EvaluationResult:
+def evaluate(
+    model: TrainedModel | str | Path,
+    episodes: int = 10,
+    num_envs: int | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    deterministic: bool = True,
+    gif_path: str | Path | None = None,
+    gif_max_frames: int = 1000,
+    max_episode_steps: int = 100_000,
+    env_name: str | None = None,
+    env_kwargs: dict | None = None,
+    allow_custom_code: bool = False,
+) -> EvaluationResult:
     """Play `episodes` episodes with the model on `env_name`, or on the env it was trained on if
     that is a built-in or a registered Gymnasium id (see `choose_env`). allow_custom_code: let a
     `module:Class` env or wrappers saved in the model's config be imported (that runs their code)."""
     from envs import make_vec_env
-
     from trainer.run.events import clip_caption
     from trainer.run.gif import frame_skip, gif_fps, write_gif
 
@@ -170,8 +193,7 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
     if model.device.type == "cpu" and model.spec["model_type"] != "ppo-cnn":
         torch.set_num_threads(1)  # small MLPs: extra threads only spin
     num_envs = num_envs or min(episodes, 64)
-    env = make_vec_env(choice.name, num_envs, device=model.device, seed=seed, wrappers=choice.wrappers,
-                       **choice.kwargs)
+    env = make_vec_env(choice.name, num_envs, device=model.device, seed=seed, wrappers=choice.wrappers, **choice.kwargs)
     try:
         check_env_fits(model, env, choice.name)
         policy = model.policy
@@ -230,8 +252,9 @@ def evaluate(model: TrainedModel | str | Path, episodes: int = 10, num_envs: int
             if len(frames) < gif_max_frames:
                 steps_shown = episode_steps  # not cut by the frame limit: the GIF holds all of it
             unit = getattr(env, "score_unit", None)  # None: the score is the return, said once
-            result.gif_caption = clip_caption(steps_shown, episode_steps, ended, episode_return,
-                                              episode_score if unit else None, unit)
+            result.gif_caption = clip_caption(
+                steps_shown, episode_steps, ended, episode_return, episode_score if unit else None, unit
+            )
         return result
     finally:
         env.close()

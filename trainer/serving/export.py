@@ -22,6 +22,7 @@ training step and the output names, so a program can check it is feeding the rig
 CLI refuses to replace an existing file or symbolic link at the output path without --force. `onnx` and `onnxruntime` are optional extras
 (`pip install -r requirements-export.txt`); the studio and trainer run without them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from trainer.run.checkpoint import TrainedModel, load_model
 from trainer.nets.normalization import CLIP, EPSILON
+from trainer.run.checkpoint import TrainedModel, load_model
 from trainer.run.files import atomic_write
 from trainer.run.layout import find_final_model, latest_checkpoint_path
 
@@ -62,8 +63,9 @@ def resolve_model_path(run_or_pth: str | Path) -> Path:
             except Exception:  # noqa: BLE001 - no readable config.yaml: treated as "no model"
                 found = None
         if found is None:
-            raise ExportError(f"{path} has no final model (*_final.pth) and no checkpoint yet; train it "
-                              f"further or pass a .pth file")
+            raise ExportError(
+                f"{path} has no final model (*_final.pth) and no checkpoint yet; train it further or pass a .pth file"
+            )
         return found
     raise ExportError(f"{path}: no such file or run folder; pass a .pth written by the trainer or a run folder")
 
@@ -141,15 +143,24 @@ def onnx_bytes(model: TrainedModel, with_details: bool = False) -> bytes:
         # The TorchScript exporter: the torch.export one needs onnxscript, one more dependency,
         # and these graphs (no control flow) come out the same.
         warnings.simplefilter("ignore")
-        torch.onnx.export(wrapper, (example,), buffer, dynamo=False, opset_version=OPSET,
-                          input_names=["obs"], output_names=names,
-                          dynamic_axes={"obs": {0: "batch"}, **{name: {0: "batch"} for name in names}})
+        torch.onnx.export(
+            wrapper,
+            (example,),
+            buffer,
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=["obs"],
+            output_names=names,
+            dynamic_axes={"obs": {0: "batch"}, **{name: {0: "batch"} for name in names}},
+        )
     proto = onnx.load_from_string(buffer.getvalue())
     for key, value in model_metadata(model, with_details).items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
-    proto.doc_string = (f"RL Studio policy for {model.env_name}: input obs float32 (batch, "
-                        f"{', '.join(map(str, model.observation_shape))}) raw observations; outputs {', '.join(names)}")
+    proto.doc_string = (
+        f"RL Studio policy for {model.env_name}: input obs float32 (batch, "
+        f"{', '.join(map(str, model.observation_shape))}) raw observations; outputs {', '.join(names)}"
+    )
     onnx.checker.check_model(proto)
     return proto.SerializeToString()
 
@@ -163,14 +174,20 @@ def check_out_path(out_path: Path, overwrite: bool) -> None:
     if out_path.is_dir() and not out_path.is_symlink():
         raise ExportError(f"--onnx {out_path} is a folder; give a file name such as {out_path / 'agent.onnx'}")
     if not overwrite and os.path.lexists(out_path):
-        what = ("a symbolic link (--force replaces the link itself, never what it points to)"
-                if out_path.is_symlink() else "a file")
-        raise ExportError(f"--onnx {out_path}: there is {what} at this path already; pass --force to replace it, "
-                          f"or choose another name")
+        what = (
+            "a symbolic link (--force replaces the link itself, never what it points to)"
+            if out_path.is_symlink()
+            else "a file"
+        )
+        raise ExportError(
+            f"--onnx {out_path}: there is {what} at this path already; pass --force to replace it, "
+            f"or choose another name"
+        )
 
 
-def export_onnx(run_or_pth: str | Path | TrainedModel, out_path: str | Path, with_details: bool = False,
-                overwrite: bool = True) -> Path:
+def export_onnx(
+    run_or_pth: str | Path | TrainedModel, out_path: str | Path, with_details: bool = False, overwrite: bool = True
+) -> Path:
     """Write the policy of a .pth (or a run folder's newest model) as ONNX to `out_path`, atomically
     (a temporary file in the same folder, then os.replace). overwrite=False (the CLI without
     --force) refuses an existing file or symbolic link at `out_path`."""
@@ -191,20 +208,30 @@ def model_parser(prog: str, description: str):
     import argparse
 
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("model", help="a .pth written by the trainer, or a run folder (its final model, else "
-                                      "its newest checkpoint)")
+    parser.add_argument(
+        "model", help="a .pth written by the trainer, or a run folder (its final model, else its newest checkpoint)"
+    )
     return parser
 
 
 def build_parser():
-    parser = model_parser("python -m trainer export", "Write a trained policy as an ONNX model (raw observations "
-                                                      "in, actions out; observation normalisation folded in).")
+    parser = model_parser(
+        "python -m trainer export",
+        "Write a trained policy as an ONNX model (raw observations "
+        "in, actions out; observation normalisation folded in).",
+    )
     parser.add_argument("--onnx", required=True, metavar="OUT.onnx", help="where to write the ONNX model")
-    parser.add_argument("--with-details", action="store_true",
-                        help="also output action probabilities (discrete) or means (continuous) and the value")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a file or symbolic link already at OUT.onnx (the link itself is replaced, "
-                             "atomically; what it points to is never written)")
+    parser.add_argument(
+        "--with-details",
+        action="store_true",
+        help="also output action probabilities (discrete) or means (continuous) and the value",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a file or symbolic link already at OUT.onnx (the link itself is replaced, "
+        "atomically; what it points to is never written)",
+    )
     return parser
 
 
@@ -222,6 +249,8 @@ def command(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     names = ", ".join(output_names(model, args.with_details))
-    print(f"wrote {path}: input obs float32 (batch, {', '.join(map(str, model.observation_shape))}) raw "
-          f"observations -> {names}; env {model.env_name}, step {model.global_step}")
+    print(
+        f"wrote {path}: input obs float32 (batch, {', '.join(map(str, model.observation_shape))}) raw "
+        f"observations -> {names}; env {model.env_name}, step {model.global_step}"
+    )
     return 0

@@ -1,6 +1,7 @@
 """The body side of an HTTP endpoint any client can reach: JSON only, size counted as it streams,
 parsed with limits (off the event loop when large), every refusal a 4xx with a message. The
 connection side (deadlines, connection cap, the server) is trainer/serving/http_server.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,11 +15,11 @@ from typing import Any
 import numpy as np
 from starlette.requests import ClientDisconnect
 
-MAX_BODY_BYTES = 16 * 1024 * 1024      # a request body, counted as it streams in (chunked or not)
-BODY_BYTES_IN_FLIGHT = 256 * 1024 ** 2  # all bodies held at once in this process (else 503): caps connections x body
-MAX_JSON_DEPTH = 64                    # nested lists / objects
-MAX_NUMBER_CHARS = 40                  # characters of one JSON number (int('9' * 5000) is slow, 1e400 is inf)
-INLINE_PARSE_BYTES = 64 * 1024         # bodies up to this are parsed in the event loop (< 1 ms), larger in a thread
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a request body, counted as it streams in (chunked or not)
+BODY_BYTES_IN_FLIGHT = 256 * 1024**2  # all bodies held at once in this process (else 503): caps connections x body
+MAX_JSON_DEPTH = 64  # nested lists / objects
+MAX_NUMBER_CHARS = 40  # characters of one JSON number (int('9' * 5000) is slow, 1e400 is inf)
+INLINE_PARSE_BYTES = 64 * 1024  # bodies up to this are parsed in the event loop (< 1 ms), larger in a thread
 
 
 class BodyError(Exception):
@@ -43,8 +44,11 @@ class _Budget:
     def take(self, count: int) -> None:
         with self.lock:
             if self.used + count > self.limit:
-                raise BodyError(503, f"the server holds {self.limit // 2 ** 20} MB of request bodies already; "
-                                     f"retry in a moment", close=True)
+                raise BodyError(
+                    503,
+                    f"the server holds {self.limit // 2**20} MB of request bodies already; retry in a moment",
+                    close=True,
+                )
             self.used += count
 
     def give(self, count: int) -> None:
@@ -60,12 +64,16 @@ def check_json_content_type(request) -> None:
     given = request.headers.get("content-type")
     if (given or "").split(";")[0].strip().lower() != "application/json":
         said = f"'{given[:100]}'" if given else "none"
-        raise BodyError(415, f"the body must be JSON sent with 'Content-Type: application/json' (the request "
-                             f"said {said})", close=True)
+        raise BodyError(
+            415,
+            f"the body must be JSON sent with 'Content-Type: application/json' (the request said {said})",
+            close=True,
+        )
 
 
-async def read_json(request, max_bytes: int = MAX_BODY_BYTES, *, hint: str = "",
-                    convert: Callable[[Any], Any] | None = None) -> Any:
+async def read_json(
+    request, max_bytes: int = MAX_BODY_BYTES, *, hint: str = "", convert: Callable[[Any], Any] | None = None
+) -> Any:
     """The request's JSON body, or BodyError: a JSON content type, at most `max_bytes` (refused as
     soon as the stream passes it), the limits of `loads`; then `convert(value)` in the same thread.
     `hint` (what the endpoint expects) is added to the messages about the JSON itself."""
@@ -102,16 +110,22 @@ def nesting_depth(document: bytes | bytearray) -> int:
     return int(np.cumsum(_STEP[np.frombuffer(brackets, np.uint8)]).max()) if brackets else 0
 
 
-def loads(document: bytes | bytearray | str, max_depth: int = MAX_JSON_DEPTH,
-          max_number_chars: int = MAX_NUMBER_CHARS, hint: str = "") -> Any:
+def loads(
+    document: bytes | bytearray | str,
+    max_depth: int = MAX_JSON_DEPTH,
+    max_number_chars: int = MAX_NUMBER_CHARS,
+    hint: str = "",
+) -> Any:
     """json.loads, refusing (BodyError 400/422) what is not JSON, nesting deeper than `max_depth`,
     numbers longer than `max_number_chars` or beyond a float's range, and NaN / Infinity."""
     suffix = f"; {hint}" if hint else ""
 
     def number(text: str, kind: type) -> int | float:
         if len(text) > max_number_chars:  # before int(): int('9' * 5000) is slow, then refused
-            raise BodyError(422, f"a number in the body has {len(text)} characters ({text[:12]}...); at most "
-                                 f"{max_number_chars}{suffix}")
+            raise BodyError(
+                422,
+                f"a number in the body has {len(text)} characters ({text[:12]}...); at most {max_number_chars}{suffix}",
+            )
         value = kind(text)
         if value in (math.inf, -math.inf):
             raise BodyError(422, f"the number {text} is beyond a float's range (about 1.8e308){suffix}")
@@ -122,8 +136,12 @@ def loads(document: bytes | bytearray | str, max_depth: int = MAX_JSON_DEPTH,
 
     too_deep = f"the body nests lists or objects more than {max_depth} levels deep{suffix}"
     try:
-        value = json.loads(document, parse_int=lambda text: number(text, int), parse_constant=parse_constant,
-                           parse_float=lambda text: number(text, float))
+        value = json.loads(
+            document,
+            parse_int=lambda text: number(text, int),
+            parse_constant=parse_constant,
+            parse_float=lambda text: number(text, float),
+        )
     except RecursionError:
         raise BodyError(400, too_deep) from None
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
@@ -140,12 +158,15 @@ def install_error_handlers(app) -> None:
     from fastapi.responses import JSONResponse
 
     async def refused(request, error: BodyError):
-        return JSONResponse({"detail": error.detail}, status_code=error.status,
-                            headers={"Connection": "close"} if error.close else None)
+        return JSONResponse(
+            {"detail": error.detail}, status_code=error.status, headers={"Connection": "close"} if error.close else None
+        )
 
     async def failed(request, error: Exception):
-        return JSONResponse({"detail": "internal error: the server could not answer this request (logged on the "
-                                       "server)"}, status_code=500)
+        return JSONResponse(
+            {"detail": "internal error: the server could not answer this request (logged on the server)"},
+            status_code=500,
+        )
 
     app.add_exception_handler(BodyError, refused)
     app.add_exception_handler(Exception, failed)

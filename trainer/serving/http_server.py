@@ -1,6 +1,7 @@
 """The connection side of an HTTP server any client can reach: a listening socket, header and body
 deadlines, a cap on open connections, and the server run from a thread (uvicorn underneath).
 The body side (size, JSON, content type) is trainer/serving/http_limits.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,17 +15,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-HEADER_TIMEOUT_S = 10.0                # from a connection (or the previous response) to a request's complete headers
-BODY_TIMEOUT_S = 30.0                  # from the headers to the end of the body
-KEEP_ALIVE_S = 5                       # an idle keep-alive connection is closed after this
-MAX_CONNECTIONS = 1000                 # open connections per server, and never more than half the fd limit
-MAX_HEADER_BYTES = 16 * 1024           # request line + headers (h11 answers 400 beyond it)
-LISTEN_BACKLOG = 128                   # asyncio accepts this many per loop turn before the cap sees them
+HEADER_TIMEOUT_S = 10.0  # from a connection (or the previous response) to a request's complete headers
+BODY_TIMEOUT_S = 30.0  # from the headers to the end of the body
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this
+MAX_CONNECTIONS = 1000  # open connections per server, and never more than half the fd limit
+MAX_HEADER_BYTES = 16 * 1024  # request line + headers (h11 answers 400 beyond it)
+LISTEN_BACKLOG = 128  # asyncio accepts this many per loop turn before the cap sees them
 
 
 class ServerStartError(RuntimeError):
     """A server could not start (the port is taken, the address is not this machine's)."""
-
 
 
 @dataclass(frozen=True)
@@ -67,15 +67,20 @@ def listen(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> socket.socket
 def listen_failure(host: str, port: int, error: Exception, port_flag: str = "--port", host_flag: str = "--host") -> str:
     """'cannot listen on HOST:PORT (reason); what to change', for `error` from listen()."""
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    change = (f"choose another {port_flag}" if getattr(error, "errno", None) in (errno.EADDRINUSE, errno.EACCES)
-              else f"{host_flag} must be an address of this machine")
+    change = (
+        f"choose another {port_flag}"
+        if getattr(error, "errno", None) in (errno.EADDRINUSE, errno.EACCES)
+        else f"{host_flag} must be an address of this machine"
+    )
     return f"cannot listen on {where} ({getattr(error, 'strerror', None) or error}); {change}"
 
 
 def _raw_response(status: int, detail: str) -> bytes:
     body = json.dumps({"detail": detail}).encode()
-    return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
 
 
 def bounded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type:
@@ -100,12 +105,16 @@ def bounded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type:
             if len(members) >= cap:
                 if not waiting:
                     self.refused = True
-                    transport.write(_raw_response(503, f"the server has {cap} connections open, its limit; retry "
-                                                       f"in a moment"))
+                    transport.write(
+                        _raw_response(503, f"the server has {cap} connections open, its limit; retry in a moment")
+                    )
                     transport.close()
                     return
-                next(iter(waiting)).close_with(503, "the server is at its connection limit and closed this "
-                                                    "connection, which had not sent a whole request")
+                next(iter(waiting)).close_with(
+                    503,
+                    "the server is at its connection limit and closed this "
+                    "connection, which had not sent a whole request",
+                )
             members[self] = None
             super().connection_made(transport)
             self.watch()
@@ -125,8 +134,9 @@ def bounded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type:
             self.watch()
 
         def send_400_response(self, msg: str) -> None:  # h11 could not parse the request: JSON, like the rest
-            self.transport.write(_raw_response(400, f"not a valid HTTP/1.1 request, or its headers are over "
-                                                    f"{MAX_HEADER_BYTES} bytes"))
+            self.transport.write(
+                _raw_response(400, f"not a valid HTTP/1.1 request, or its headers are over {MAX_HEADER_BYTES} bytes")
+            )
             self.transport.close()
 
         def forget(self) -> None:
@@ -140,8 +150,15 @@ def bounded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type:
         def watch(self) -> None:
             """Start the deadline for what the connection now waits for from the client, if that changed."""
             state = self.conn.their_state
-            phase = (None if self.transport.is_closing() else "headers" if state is h11.IDLE
-                     else "body" if state is h11.SEND_BODY else None)
+            phase = (
+                None
+                if self.transport.is_closing()
+                else "headers"
+                if state is h11.IDLE
+                else "body"
+                if state is h11.SEND_BODY
+                else None
+            )
             if phase == self.phase:
                 return
             if self.timer is not None:
@@ -156,8 +173,9 @@ def bounded_protocol(limits: ServerLimits = DEFAULT_LIMITS) -> type:
 
         def expire(self) -> None:
             seconds = limits.header_timeout_s if self.phase == "headers" else limits.body_timeout_s
-            self.close_with(408, f"the request's {self.phase} did not arrive within {seconds:g} s; send the "
-                                 f"whole request at once")
+            self.close_with(
+                408, f"the request's {self.phase} did not arrive within {seconds:g} s; send the whole request at once"
+            )
 
         def close_with(self, status: int, detail: str) -> None:
             """Close, answering `status` first unless the connection is an idle keep-alive or has its answer."""
@@ -180,18 +198,36 @@ def bounded_server(app, limits: ServerLimits = DEFAULT_LIMITS, log_level: str = 
     """A uvicorn.Server for `app` with these limits; run it on sockets from `listen()`: `.run(sockets=[sock])`."""
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(app, http=bounded_protocol(limits), ws="none", lifespan="off",
-                                         log_level=log_level, access_log=False, timeout_keep_alive=KEEP_ALIVE_S,
-                                         h11_max_incomplete_event_size=MAX_HEADER_BYTES, backlog=LISTEN_BACKLOG))
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            http=bounded_protocol(limits),
+            ws="none",
+            lifespan="off",
+            log_level=log_level,
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            backlog=LISTEN_BACKLOG,
+        )
+    )
 
 
 class ServerHandle:
     """An app served from a thread of this process (the policy server, the cluster's admission gate).
     `what` names it in the errors, which are `error_type` (ServerStartError unless given)."""
 
-    def __init__(self, app, host: str, port: int, limits: ServerLimits = DEFAULT_LIMITS,
-                 what: str = "the policy server", error_type: type[Exception] | None = None,
-                 port_flag: str = "port", host_flag: str = "host"):
+    def __init__(
+        self,
+        app,
+        host: str,
+        port: int,
+        limits: ServerLimits = DEFAULT_LIMITS,
+        what: str = "the policy server",
+        error_type: type[Exception] | None = None,
+        port_flag: str = "port",
+        host_flag: str = "host",
+    ):
         error_type = error_type or ServerStartError
         try:
             sock = listen(host, port)
@@ -199,8 +235,9 @@ class ServerHandle:
             raise error_type(f"{what} {listen_failure(host, port, error, port_flag, host_flag)}") from None
         self.app = app
         self.server = bounded_server(app, limits)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
-                                       name=f"http-server-{port}", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, name=f"http-server-{port}", daemon=True
+        )
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

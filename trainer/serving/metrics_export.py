@@ -19,6 +19,7 @@ episode counters already count every rank and its losses are the all-reduced one
 rank serving the same run would double every `sum()`; its series say `rank="0"`, so a dashboard
 can tell the distributed run's writer from a single-process run's.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,12 +28,12 @@ import shutil
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from trainer.config.keys import TrainConfig
 from trainer.config.metrics import (
@@ -55,12 +56,14 @@ DEFAULT_FALLING_UPDATES: int = TrainConfig.warn_falling_updates  # declared once
 # declared: name (without the prefix) -> (type, metrics-event field or None for derived ones, help).
 METRICS: dict[str, tuple[str, str | None, str]] = {
     metric.prometheus.name: (metric.prometheus.type, metric.name if metric.event else None, prometheus_help(metric))
-    for metric in prometheus_metrics(per_run=True) if metric.prometheus is not None
+    for metric in prometheus_metrics(per_run=True)
+    if metric.prometheus is not None
 }
 # Not per run: the machine (label gpu) and the runs folder's disk.
 MACHINE_METRICS: dict[str, tuple[str, str]] = {
     metric.prometheus.name: (metric.prometheus.type, prometheus_help(metric))
-    for metric in prometheus_metrics(per_run=False) if metric.prometheus is not None
+    for metric in prometheus_metrics(per_run=False)
+    if metric.prometheus is not None
 }
 
 
@@ -116,13 +119,13 @@ class RunSample:
     env: str
     model: str
     status: str
-    metrics: dict | None = None            # the latest metrics event
-    returns: Sequence[float | None] = ()   # recent_return_mean of the latest updates, oldest first
+    metrics: dict | None = None  # the latest metrics event
+    returns: Sequence[float | None] = ()  # recent_return_mean of the latest updates, oldest first
     last_checkpoint_at: float | None = None
     started_at: float | None = None
     pid: int | None = None
     falling_threshold: int = DEFAULT_FALLING_UPDATES
-    rank: str = "0"                        # torchrun RANK of the serving process (see the module doc)
+    rank: str = "0"  # torchrun RANK of the serving process (see the module doc)
 
     @property
     def labels(self) -> list[str]:
@@ -168,16 +171,30 @@ def gpu_readings() -> list[tuple[str, float, float, float]]:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            found.append((str(index), pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0,
-                          float(memory.used), float(memory.total)))
+            found.append(
+                (
+                    str(index),
+                    pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0,
+                    float(memory.used),
+                    float(memory.total),
+                )
+            )
         return found
     except Exception:  # noqa: BLE001 - no pynvml, no driver: try nvidia-smi
         pass
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        output = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-                                 "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5).stdout
+        output = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return parse_gpu_csv(output)
@@ -201,8 +218,12 @@ class RunsCollector(Collector):
     """A prometheus_client collector over `runs()` (called at each scrape) and the disk of
     `runs_dir`. The studio and the trainer both register one."""
 
-    def __init__(self, runs: Callable[[], Iterable[RunSample]], runs_dir: str | Path | None = None,
-                 gpus: Callable[[], list[tuple[str, float, float, float]]] = gpu_readings):
+    def __init__(
+        self,
+        runs: Callable[[], Iterable[RunSample]],
+        runs_dir: str | Path | None = None,
+        gpus: Callable[[], list[tuple[str, float, float, float]]] = gpu_readings,
+    ):
         self.runs = runs
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.gpus = gpus
@@ -215,8 +236,9 @@ class RunsCollector(Collector):
             family_type = CounterMetricFamily if exported.type == "counter" else GaugeMetricFamily
             # CounterMetricFamily appends _total itself: give it the base name.
             base = PREFIX + (exported.name.removesuffix("_total") if exported.type == "counter" else exported.name)
-            families[exported.name] = family_type(base, prometheus_help(metric),
-                                                  labels=list(prometheus_labels(exported)))
+            families[exported.name] = family_type(
+                base, prometheus_help(metric), labels=list(prometheus_labels(exported))
+            )
         now = time.time()
         for run in self.runs():
             self._add_run(families, run, now)
@@ -262,10 +284,12 @@ class RunsCollector(Collector):
                 usage = shutil.disk_usage(self.runs_dir)
             except OSError:
                 return
-            yield GaugeMetricFamily(PREFIX + "runs_disk_free_bytes", MACHINE_METRICS["runs_disk_free_bytes"][1],
-                                    value=usage.free)
-            yield GaugeMetricFamily(PREFIX + "runs_disk_size_bytes", MACHINE_METRICS["runs_disk_size_bytes"][1],
-                                    value=usage.total)
+            yield GaugeMetricFamily(
+                PREFIX + "runs_disk_free_bytes", MACHINE_METRICS["runs_disk_free_bytes"][1], value=usage.free
+            )
+            yield GaugeMetricFamily(
+                PREFIX + "runs_disk_size_bytes", MACHINE_METRICS["runs_disk_size_bytes"][1], value=usage.total
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,5 +335,16 @@ class MetricsSink:
         pass
 
     def sample(self) -> RunSample:
-        return RunSample(self.run_id, self.env, self.model, self.status, self.metrics, list(self.returns),
-                         self.last_checkpoint_at, self.started_at, os.getpid(), self.falling_threshold, self.rank)
+        return RunSample(
+            self.run_id,
+            self.env,
+            self.model,
+            self.status,
+            self.metrics,
+            list(self.returns),
+            self.last_checkpoint_at,
+            self.started_at,
+            os.getpid(),
+            self.falling_threshold,
+            self.rank,
+        )

@@ -7,6 +7,7 @@ It listens on 127.0.0.1 unless `--metrics-host` says otherwise; any other addres
 (Prometheus: `authorization: {credentials: KEY}`), 401 without it. The rule is trainer/serving/bind.py's,
 the policy server's too. What is served is trainer/serving/metrics_export.py's collector.
 """
+
 from __future__ import annotations
 
 import socket
@@ -26,8 +27,14 @@ METRICS_KEY_ENV = "RL_STUDIO_METRICS_KEY"
 
 def check_metrics_bind(host: str, key: str | None) -> None:
     """`--metrics-host` beyond this machine needs `--metrics-key` (trainer/serving/bind.py's rule)."""
-    require_key_for_public_bind(host, key, what="the trainer's /metrics", host_flag="--metrics-host",
-                                key_flag="--metrics-key", key_env=METRICS_KEY_ENV)
+    require_key_for_public_bind(
+        host,
+        key,
+        what="the trainer's /metrics",
+        host_flag="--metrics-host",
+        key_flag="--metrics-key",
+        key_env=METRICS_KEY_ENV,
+    )
 
 
 def _with_key(app, key: str | None):
@@ -39,10 +46,19 @@ def _with_key(app, key: str | None):
         given = presented_key(environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_X_API_KEY"))
         if key_matches(given, key):
             return app(environ, start_response)
-        start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
-                                            ("WWW-Authenticate", 'Bearer realm="rlstudio trainer metrics"')])
-        return [(b"metrics need the trainer's --metrics-key: send 'Authorization: Bearer KEY' "
-                 b"(Prometheus: authorization: {credentials: KEY})\n")]
+        start_response(
+            "401 Unauthorized",
+            [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("WWW-Authenticate", 'Bearer realm="rlstudio trainer metrics"'),
+            ],
+        )
+        return [
+            (
+                b"metrics need the trainer's --metrics-key: send 'Authorization: Bearer KEY' "
+                b"(Prometheus: authorization: {credentials: KEY})\n"
+            )
+        ]
 
     return guarded
 
@@ -58,8 +74,14 @@ class MetricsServer:
     Listens on 127.0.0.1 unless told otherwise; any other address needs `key`, which each scrape
     must bring as `Authorization: Bearer KEY` (401 without it)."""
 
-    def __init__(self, sink: MetricsSink, port: int, host: str = "127.0.0.1", runs_dir: str | Path | None = None,
-                 key: str | None = None):
+    def __init__(
+        self,
+        sink: MetricsSink,
+        port: int,
+        host: str = "127.0.0.1",
+        runs_dir: str | Path | None = None,
+        key: str | None = None,
+    ):
         check_metrics_bind(host, key)
         self.registry = CollectorRegistry()
         self.registry.register(RunsCollector(lambda: [sink.sample()], runs_dir))
@@ -68,12 +90,18 @@ class MetricsServer:
             address_family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
 
         try:
-            self.server = make_server(host.strip("[]"), port, _with_key(make_wsgi_app(self.registry), key), Server,
-                                      handler_class=_QuietHandler)
+            self.server = make_server(
+                host.strip("[]"),
+                port,
+                _with_key(make_wsgi_app(self.registry), key),
+                Server,
+                handler_class=_QuietHandler,
+            )
         except (OSError, OverflowError) as error:
             reason = getattr(error, "strerror", None) or error
-            raise OSError(f"--metrics-port {port}: cannot listen on {host}:{port} ({reason}); "
-                          f"pick a free port") from None
+            raise OSError(
+                f"--metrics-port {port}: cannot listen on {host}:{port} ({reason}); pick a free port"
+            ) from None
         self.thread = threading.Thread(target=self.server.serve_forever, name="metrics-server", daemon=True)
         self.thread.start()
 
@@ -87,8 +115,9 @@ class MetricsServer:
         self.server.server_close()
 
 
-def serve_trainer_metrics(port: int, host: str = "127.0.0.1", runs_dir: str | Path | None = None,
-                          key: str | None = None) -> tuple[MetricsSink, MetricsServer]:
+def serve_trainer_metrics(
+    port: int, host: str = "127.0.0.1", runs_dir: str | Path | None = None, key: str | None = None
+) -> tuple[MetricsSink, MetricsServer]:
     """The sink to add to the trainer's sinks, and the server publishing it (close() it at the end)."""
     sink = MetricsSink()
     return sink, MetricsServer(sink, port, host, runs_dir, key)

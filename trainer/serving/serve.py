@@ -19,6 +19,7 @@ The server listens on 127.0.0.1 unless told otherwise; bound to any other addres
 API key (`--api-key` or the RL_STUDIO_API_KEY environment variable), which clients send as
 `Authorization: Bearer KEY` or `X-API-Key: KEY`.
 """
+
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request) at runtime.
 import asyncio
 import json
@@ -33,10 +34,17 @@ import numpy as np
 from trainer.run.checkpoint import TrainedModel, load_model
 from trainer.serving.bind import PublicBindError, key_matches, presented_key, require_key_for_public_bind
 from trainer.serving.http_limits import MAX_BODY_BYTES, BodyError, install_error_handlers, read_json
-from trainer.serving.http_server import DEFAULT_LIMITS, ServerHandle, ServerLimits, bounded_server, listen, listen_failure
+from trainer.serving.http_server import (
+    DEFAULT_LIMITS,
+    ServerHandle,
+    ServerLimits,
+    bounded_server,
+    listen,
+    listen_failure,
+)
 
 API_KEY_ENV = "RL_STUDIO_API_KEY"
-MAX_ROWS = 4096                   # observations in one request
+MAX_ROWS = 4096  # observations in one request
 NUMBER_TYPES = frozenset({int, float})  # what JSON numbers parse to (bool is neither)
 REQUEST_KEYS = ("obs", "deterministic")
 
@@ -48,8 +56,15 @@ class ServeError(ValueError):
 def check_bind(host: str, api_key: str | None) -> None:
     """A server reachable from other machines must have a key: anyone who reaches it could use it."""
     try:
-        require_key_for_public_bind(host, api_key, what="the policy server", host_flag="--host",
-                                    key_flag="--api-key", key_env=API_KEY_ENV, key_name="an API key")
+        require_key_for_public_bind(
+            host,
+            api_key,
+            what="the policy server",
+            host_flag="--host",
+            key_flag="--api-key",
+            key_env=API_KEY_ENV,
+            key_name="an API key",
+        )
     except PublicBindError as error:
         raise ServeError(str(error)) from None
 
@@ -60,8 +75,10 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 def expected_request(observation_shape: tuple[int, ...]) -> str:
     shape_text = f"[{', '.join(map(str, observation_shape))}]"
-    return (f'expected a JSON object {{"obs": <one observation of shape {shape_text} or a list of them>, '
-            f'"deterministic": true|false}}')
+    return (
+        f'expected a JSON object {{"obs": <one observation of shape {shape_text} or a list of them>, '
+        f'"deterministic": true|false}}'
+    )
 
 
 def check_numbers(obs: Any) -> None:
@@ -73,12 +90,14 @@ def check_numbers(obs: Any) -> None:
             if not set(map(type, item)) <= NUMBER_TYPES:  # one C-speed test per row on the usual path
                 stack.extend(reversed(item))
         elif type(item) not in NUMBER_TYPES:
-            raise BodyError(422, f"'obs' must hold numbers only; found {json.dumps(item)[:40]}: send 1.5, not "
-                                 f"\"1.5\" or true")
+            raise BodyError(
+                422, f"'obs' must hold numbers only; found {json.dumps(item)[:40]}: send 1.5, not \"1.5\" or true"
+            )
 
 
-def check_act_request(request: Any, observation_shape: tuple[int, ...], max_rows: int = MAX_ROWS
-                      ) -> tuple[np.ndarray, bool]:
+def check_act_request(
+    request: Any, observation_shape: tuple[int, ...], max_rows: int = MAX_ROWS
+) -> tuple[np.ndarray, bool]:
     """(obs batch float32 (B, *observation_shape), deterministic) from the parsed body, or BodyError
     saying what was expected."""
     shape_text = f"[{', '.join(map(str, observation_shape))}]"
@@ -102,8 +121,11 @@ def check_act_request(request: Any, observation_shape: tuple[int, ...], max_rows
     if obs.shape == observation_shape:
         obs = obs[None]
     elif obs.shape[1:] != observation_shape or obs.shape[0] == 0:
-        raise BodyError(422, f"'obs' has shape {list(obs.shape)}; expected {shape_text} (one observation) or "
-                             f"[B, {shape_text[1:]} (a batch of B >= 1)")
+        raise BodyError(
+            422,
+            f"'obs' has shape {list(obs.shape)}; expected {shape_text} (one observation) or "
+            f"[B, {shape_text[1:]} (a batch of B >= 1)",
+        )
     if obs.shape[0] > max_rows:
         raise BodyError(413, f"'obs' holds {obs.shape[0]} observations; at most {max_rows} per request")
     if not np.isfinite(obs).all():
@@ -196,7 +218,7 @@ class Batcher:
             start = 0
             for index in members:
                 count = len(batch[index].obs)
-                results[index] = actions[start:start + count]
+                results[index] = actions[start : start + count]
                 start += count
         return results
 
@@ -217,13 +239,21 @@ def describe_model(model: TrainedModel, source: str | None = None) -> dict:
         "algo": config.get("algo"),
         "norm_obs": bool(model.spec.get("norm_obs")),
         "source": source,
-        "request": {"obs": f"one observation of shape {list(model.observation_shape)} or a list of up to "
-                           f"{MAX_ROWS}", "deterministic": "true (default) or false"},
+        "request": {
+            "obs": f"one observation of shape {list(model.observation_shape)} or a list of up to {MAX_ROWS}",
+            "deterministic": "true (default) or false",
+        },
     }
 
 
-def create_app(model: TrainedModel, api_key: str | None = None, batching: bool = True, max_rows: int = MAX_ROWS,
-               max_wait_s: float = 0.0, source: str | None = None):
+def create_app(
+    model: TrainedModel,
+    api_key: str | None = None,
+    batching: bool = True,
+    max_rows: int = MAX_ROWS,
+    max_wait_s: float = 0.0,
+    source: str | None = None,
+):
     """The FastAPI app serving `model` (batched, or one forward pass per request with batching=False)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
@@ -241,9 +271,14 @@ def create_app(model: TrainedModel, api_key: str | None = None, batching: bool =
 
     @app.exception_handler(HTTPException)
     async def no_such_route(request: Request, exc: HTTPException):  # 404, 405 (with its Allow header)
-        return JSONResponse({"detail": f"{exc.detail}: {request.method} {request.url.path[:100]}; this server "
-                                       f"answers POST /v1/act, GET /v1/model and GET /healthz"},
-                            status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse(
+            {
+                "detail": f"{exc.detail}: {request.method} {request.url.path[:100]}; this server "
+                f"answers POST /v1/act, GET /v1/model and GET /healthz"
+            },
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
 
     @app.middleware("http")
     async def check_key(request: Request, call_next):
@@ -284,9 +319,14 @@ def create_app(model: TrainedModel, api_key: str | None = None, batching: bool =
 # Running it
 
 
-def start_server(model: TrainedModel | str | Path, host: str = "127.0.0.1", port: int = 0,
-                 api_key: str | None = None, limits: ServerLimits = DEFAULT_LIMITS,
-                 **app_options: Any) -> ServerHandle:
+def start_server(
+    model: TrainedModel | str | Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    limits: ServerLimits = DEFAULT_LIMITS,
+    **app_options: Any,
+) -> ServerHandle:
     """Serve `model` (a TrainedModel, .pth or run folder) from a background thread; port 0 picks a free one.
     `limits`: header and body deadlines and the connection cap (trainer/serving/http_limits.py)."""
     check_bind(host, api_key)
@@ -296,20 +336,28 @@ def start_server(model: TrainedModel | str | Path, host: str = "127.0.0.1", port
 
         path = resolve_model_path(model)
         source, model = path.name, load_model(path)
-    return ServerHandle(create_app(model, api_key=api_key, source=source, **app_options), host, port, limits,
-                        error_type=ServeError)
+    return ServerHandle(
+        create_app(model, api_key=api_key, source=source, **app_options), host, port, limits, error_type=ServeError
+    )
 
 
 def build_parser():
     from trainer.serving.export import model_parser
 
-    parser = model_parser("python -m trainer serve", "Serve a trained policy over HTTP: POST /v1/act, "
-                                                     "GET /v1/model, GET /healthz.")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
-                                                            "only; any other needs --api-key)")
+    parser = model_parser(
+        "python -m trainer serve", "Serve a trained policy over HTTP: POST /v1/act, GET /v1/model, GET /healthz."
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; any other needs --api-key)",
+    )
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                        help=f"clients must send 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"clients must send 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})",
+    )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
     parser.add_argument("--no-batching", action="store_true", help="one forward pass per request (for comparison)")
     return parser
@@ -338,7 +386,10 @@ def command(argv: list[str]) -> int:
         return 2
     app = create_app(model, api_key=args.api_key, batching=not args.no_batching, source=path.name)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"serving {path} ({model.env_name}, step {model.global_step}) on http://{host}:{sock.getsockname()[1]}  "
-          f"POST /v1/act  GET /v1/model  GET /healthz", flush=True)
+    print(
+        f"serving {path} ({model.env_name}, step {model.global_step}) on http://{host}:{sock.getsockname()[1]}  "
+        f"POST /v1/act  GET /v1/model  GET /healthz",
+        flush=True,
+    )
     bounded_server(app).run(sockets=[sock])
     return 0

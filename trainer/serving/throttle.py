@@ -6,12 +6,13 @@ doubling on each further lockout; a success clears it. A key is whatever the cal
 the socket's peer address (never a header a client sets), or the address and a user name.
 Memory is bounded: past `max_keys` the oldest idle records are forgotten.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Hashable
 
 
 @dataclass
@@ -22,12 +23,18 @@ class _Record:
 
 
 class FailureThrottle:
-    def __init__(self, max_failures: int = 5, window_seconds: float = 60.0, lockout_seconds: float = 30.0,
-                 max_keys: int = 10_000, clock=time.monotonic):
+    def __init__(
+        self,
+        max_failures: int = 5,
+        window_seconds: float = 60.0,
+        lockout_seconds: float = 30.0,
+        max_keys: int = 10_000,
+        clock=time.monotonic,
+    ):
         self.max_failures, self.window_seconds, self.lockout_seconds = max_failures, window_seconds, lockout_seconds
         self.max_keys, self.clock = max_keys, clock
         self.records: dict[Hashable, _Record] = {}
-        self._lock = threading.Lock()   # the cluster's gate answers from several threads
+        self._lock = threading.Lock()  # the cluster's gate answers from several threads
 
     def wait_left(self, key: Hashable) -> float:
         """Seconds `key` must still wait (0: it may try now)."""
@@ -49,7 +56,7 @@ class FailureThrottle:
             record.failures = [t for t in record.failures if now - t < self.window_seconds] + [now]
             if len(record.failures) < self.max_failures:
                 return 0.0
-            record.locked_until = now + self.lockout_seconds * 2 ** record.lockouts
+            record.locked_until = now + self.lockout_seconds * 2**record.lockouts
             record.lockouts += 1
             record.failures.clear()
             return record.locked_until - now
