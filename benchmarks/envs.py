@@ -5,6 +5,7 @@ the trainer, envs may not).
     python benchmarks/envs.py [--device cuda] [--num-envs 1 64 1024 16384] [--no-gym] [--json out.json]
     python -m benchmarks.envs ...   or   python -m envs.bench ... (the table only)
 """
+
 import json
 import os
 import sys

@@ -375,7 +375,10 @@ def run(
         "rollouts": rollouts,
         "repeat": repeat,
     }
-    wanted = lambda chosen: [kind for kind in chosen if kinds is None or kind in kinds]
+
+    def wanted(chosen):
+        return [kind for kind in chosen if kinds is None or kind in kinds]
+
     for env in envs:
         limit = cores() / step_cost(env)
         for num_envs in counts:

@@ -73,7 +73,7 @@ def start_server(model: Path, batching: bool) -> tuple[subprocess.Popen, int]:
                 return process, port
         except OSError:
             if process.poll() is not None:
-                raise SystemExit(f"the server exited: {process.stderr.read().decode()}")
+                raise SystemExit(f"the server exited: {process.stderr.read().decode()}") from None
             time.sleep(0.1)
     process.kill()
     raise SystemExit("the server did not answer /healthz within 120 s")

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 stop = threading.Event()
                 counter = [0, time.monotonic()]
 
-                def watch() -> None:
+                def watch(counter=counter, stop=stop) -> None:
                     stream = stream_frames(LivePlayer(shown))
                     for _ in stream:
                         if counter[0] == 0:

@@ -1,4 +1,4 @@
-"""Plotly figures of training curves and machine usage, as plain plotly-JSON dicts.
+"""Plotly figures of training curves, as plain plotly-JSON dicts (machine usage: studio/system_chart.py).
 
 Every figure takes one or more `CurveSource`s (a label, that run's `metrics` events and its
 environment), so the live view (one run) and the Runs tab (several runs overlaid) draw with the
@@ -17,7 +17,6 @@ the CPU. `plotly.graph_objects.Figure(figure)` turns one into a Figure (the test
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import functools
 import math
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from studio.chart_layout import base_layout, line, note, show_waiting
 from studio.score import GameScore, game_name, game_score
 from studio.series import SMOOTHING_WEIGHT, downsample, is_number, metric_series, smooth
 from trainer.config.metrics import chart_metrics
@@ -44,9 +44,6 @@ PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#c
 DIAGNOSTICS = tuple((name, chart.label) for name, chart in chart_metrics("diagnostics"))
 DIAGNOSTIC_COLUMNS = 4
 WAITING_TEXT = "Waiting for the first update…"
-# Machine samples further apart than this many times their usual spacing are a gap (nobody was
-# looking): the lines break there instead of drawing a straight line across.
-GAP_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -86,20 +83,6 @@ class ChartOptions:
 
     def kwargs(self) -> dict:
         return {"metric": self.metric, "smoothing": self.smoothing, "log": self.log, "x": self.x}
-
-
-@dataclass(frozen=True)
-class UsageSample:
-    """One reading of the machine's load, in percent (None where not available)."""
-
-    time: float
-    cpu_percent: float
-    ram_percent: float
-    gpu_percent: float | None = None
-    gpu_memory_percent: float | None = None
-
-
-# ----------------------------------------------------------------------------- data
 
 
 # ----------------------------------------------------------------------------- figures
@@ -148,13 +131,13 @@ def reward_figure(
             panel_values.append(values)
             shown_x, shown_values = downsample(xs, values)
             if smoothing <= 0:
-                data.append(_line(shown_x, shown_values, name, color, width=2, legendgroup=name, **axes))
+                data.append(line(shown_x, shown_values, name, color, width=2, legendgroup=name, **axes))
                 continue
             smoothed = smooth(values, smoothing)
             panel_values.append(smoothed)
             smooth_x, shown_smoothed = downsample(xs, smoothed)
             data.append(
-                _line(
+                line(
                     shown_x,
                     shown_values,
                     f"{name} (raw)",
@@ -167,7 +150,7 @@ def reward_figure(
                 )
             )
             data.append(
-                _line(
+                line(
                     smooth_x,
                     shown_smoothed,
                     name if overlay else "smoothed",
@@ -183,9 +166,9 @@ def reward_figure(
         title = _metric_title(metric, panels[0][1])
     else:  # several games, or none yet
         title = _metric_title(metric, None) + (" by game" if panels else "")
-    layout = _base_layout(height if len(panels) <= 1 else max(height, 250 * len(panels)), title=title)
+    layout = base_layout(height if len(panels) <= 1 else max(height, 250 * len(panels)), title=title)
     if not any(trace["x"] for trace in data):
-        _show_waiting(layout, "Waiting for the first finished episode…")
+        show_waiting(layout, "Waiting for the first finished episode…")
         return {"data": data, "layout": layout}
     gap = 0.12 if len(panels) > 1 else 0.0
     span = (1.0 - gap * (len(panels) - 1)) / len(panels)
@@ -207,7 +190,7 @@ def reward_figure(
         layout[f"yaxis{suffix}"] = y_axis
         if len(panels) > 1:
             layout["annotations"].append(
-                _note(
+                note(
                     f"<b>{game}</b>: {_metric_title(metric, score).lower()}{linear_note}",
                     x=0.0,
                     y=top,
@@ -234,7 +217,7 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
             xs, values = downsample(xs / x_scale, values, MAX_POINTS_DIAGNOSTIC)
             suffix = "" if position == 0 else str(position + 1)
             data.append(
-                _line(
+                line(
                     xs,
                     values,
                     source.label,
@@ -246,9 +229,9 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
                     yaxis=f"y{suffix}",
                 )
             )
-    layout = _base_layout(height, margin={"l": 45, "r": 15, "t": 60 if overlay else 40, "b": 35})
+    layout = base_layout(height, margin={"l": 45, "r": 15, "t": 60 if overlay else 40, "b": 35})
     if not any(trace["x"] for trace in data):
-        _show_waiting(layout, WAITING_TEXT)
+        show_waiting(layout, WAITING_TEXT)
         return {"data": data, "layout": layout}
     layout.update(copy.deepcopy(_diagnostics_grid()))
     if x == "time":
@@ -260,61 +243,7 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
     return {"data": data, "layout": layout}
 
 
-def system_figure(samples: Sequence[UsageSample], height: int = 260) -> dict:
-    """CPU, RAM and (where there is an NVIDIA GPU) GPU load and memory over time, in percent.
-    A gap in the sampling (nobody had the page open) breaks the lines rather than bridging it."""
-    rows = _with_gaps(list(samples))
-    times = [dt.datetime.fromtimestamp(moment).isoformat(sep=" ", timespec="seconds") for moment, _ in rows]
-    series = (
-        ("CPU", "cpu_percent", "#2563eb"),
-        ("RAM", "ram_percent", "#16a34a"),
-        ("GPU", "gpu_percent", "#dc2626"),
-        ("GPU memory", "gpu_memory_percent", "#ea580c"),
-    )
-    data = []
-    for name, attribute, color in series:
-        values = [getattr(sample, attribute) if sample is not None else None for _, sample in rows]
-        if any(value is not None for value in values):
-            data.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines",
-                    "name": name,
-                    "x": times,
-                    "y": values,
-                    "connectgaps": False,
-                    "line": {"color": color, "width": 2},
-                }
-            )
-    layout = _base_layout(height, title="Machine")
-    if not samples:
-        _show_waiting(layout, "Sampling the machine's load…")
-        return {"data": data, "layout": layout}
-    layout["yaxis"] = {"range": [0, 100], "ticksuffix": " %"}
-    layout["xaxis"] = {"type": "date"}
-    return {"data": data, "layout": layout}
-
-
 # ----------------------------------------------------------------------------- pieces
-
-
-def _line(x: np.ndarray, y: np.ndarray, name: str, color: str, width: float, **extra) -> dict:
-    return {
-        "type": "scatter",
-        "mode": "lines",
-        "name": name,
-        "x": x.tolist(),
-        "y": y.tolist(),
-        "line": {"color": color, "width": width},
-        **extra,
-    }
-
-
-@functools.lru_cache(maxsize=1)
-def _template() -> dict:
-    import plotly.io as pio
-
-    return pio.templates["plotly_white"].to_plotly_json()
 
 
 @functools.lru_cache(maxsize=1)
@@ -337,43 +266,6 @@ def _diagnostics_grid() -> dict:
         if name.startswith("xaxis"):
             grid[name]["tickformat"] = "~s"
     return grid
-
-
-def _base_layout(height: int, title: str | None = None, margin: dict | None = None) -> dict:
-    layout = {
-        "template": _template(),
-        "height": height,
-        "margin": margin or {"l": 55, "r": 20, "t": 50, "b": 45},
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
-        "hovermode": "x unified",
-        "font": {"size": 12},
-        "annotations": [],
-    }
-    if title:
-        layout["title"] = {"text": title, "x": 0.01, "y": 0.97}
-    return layout
-
-
-def _show_waiting(layout: dict, text: str) -> None:
-    """An empty chart: the note alone, no axes (plotly's empty default is -1..6, or a year of
-    dates on a date axis)."""
-    layout["annotations"] = [_note(text, x=0.5, y=0.5, size=14)]
-    layout["xaxis"] = {"visible": False}
-    layout["yaxis"] = {"visible": False}
-    layout["showlegend"] = False
-
-
-def _note(text: str, x: float, y: float, size: int = 12, **position) -> dict:
-    return {
-        "text": text,
-        "xref": "paper",
-        "yref": "paper",
-        "x": x,
-        "y": y,
-        "showarrow": False,
-        "font": {"size": size, "color": "#6b7280"},
-        **position,
-    }
 
 
 def _x_axis(sources: Sequence[CurveSource], x: str) -> tuple[str, float, str]:
@@ -416,17 +308,3 @@ def _axis_title(metric: str, score: GameScore) -> str:
     if metric == "score" and not score.is_return:
         return f"{score.unit} per episode"
     return "mean steps per episode" if metric == "length" else "mean return"
-
-
-def _with_gaps(samples: list[UsageSample]) -> list[tuple[float, UsageSample | None]]:
-    """(time, sample) rows, with a (time, None) row inside every gap in the sampling: longer than
-    GAP_FACTOR times the usual (median) spacing. Plotly breaks a line at a None."""
-    if len(samples) < 3:
-        return [(sample.time, sample) for sample in samples]
-    spacing = float(np.median(np.diff([sample.time for sample in samples])))
-    rows: list[tuple[float, UsageSample | None]] = [(samples[0].time, samples[0])]
-    for before, after in zip(samples, samples[1:]):
-        if spacing > 0 and after.time - before.time > GAP_FACTOR * spacing:
-            rows.append(((before.time + after.time) / 2, None))
-        rows.append((after.time, after))
-    return rows

@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 
 from trainer.config.checks import ConfigError
+from trainer.config.declaring import DeclaredKey, declared_keys
 from trainer.config.defaults import shipped_config
-from trainer.config.keys import BASIC, STUDIO_GROUPS, DeclaredKey, TrainConfig, declared_keys
+from trainer.config.keys import BASIC, STUDIO_GROUPS, TrainConfig
 from trainer.config.loading import to_yaml
 from trainer.config.permissions import CodePermissionError, require_code_permission
 from trainer.config.safe_yaml import YamlError, load_yaml_text

@@ -2,17 +2,16 @@
 selected run's view with ticked runs overlaid and their config diff, its name and notes, and
 Open, Resume, Stop, Delete. A timer follows the shown runs only while the tab is shown.
 
-The table's filters and sorts are plain functions of `RunSnapshot`s (no gradio), tested
-directly; the compared runs' diff is studio/compare.py.
+The table's filters and sorts are plain functions of `RunSnapshot`s (no gradio) in
+studio/runs_table.py; the tab's components are studio/runs_layout.py; the compared runs' diff is
+studio/compare.py.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 
@@ -21,68 +20,13 @@ from studio.charts import ChartOptions
 from studio.compare import compare_note, config_diff
 from studio.evaluate import runs_with_models
 from studio.handlers import PRIVATE, USER_ERRORS, bold_message, changed_value
-from studio.retention import build_cleanup_buttons, wire_cleanup_buttons
-from studio.run_view import RunView, RunViewHandlers, build_run_view, on_chart_change
-from studio.snapshot import ACTIVE_STATUSES, RunSnapshot
+from studio.retention import wire_cleanup_buttons
+from studio.run_view import RunViewHandlers, on_chart_change
+from studio.runs_layout import RunsPanel
+from studio.runs_table import ALL, filter_note, game_filter_choices, run_choices, table_runs
+from studio.snapshot import RunSnapshot
 
 TABLE_SECONDS = 10.0  # while the Runs tab follows a training run, refresh its table at most this often
-ALL = "all"
-ACTIVE = "active"  # the status filter's "starting, running or stopping"
-STATUS_FILTERS = (ALL, ACTIVE, "running", "finished", "stopped", "failed", "interrupted")
-# The status sort: what needs attention first (training, then broken), finished runs last.
-STATUS_ORDER = ("running", "starting", "stopping", "failed", "interrupted", "stopped", "finished")
-
-
-def _missing_last(value: float | None) -> tuple[bool, float]:
-    """Sort key for a number that may be missing: missing ones after every number (descending)."""
-    return (value is None or not math.isfinite(value), -(value or 0.0))
-
-
-# label -> sort key; each key sorts ascending, so "newest first" negates the start time
-SORT_ORDERS: dict[str, Callable[[RunSnapshot], Any]] = {
-    "newest first": lambda run: (-(run.started_at or 0.0), run.run_id),
-    "oldest first": lambda run: (run.started_at or math.inf, run.run_id),
-    "best return": lambda run: (_missing_last(run.best_return), run.run_id),
-    "last return": lambda run: (_missing_last(run.last_return), run.run_id),
-    "most steps": lambda run: (-run.step, run.run_id),
-    "name": lambda run: (not run.name, run.title.casefold(), run.run_id),
-    "game": lambda run: (run.env_name.casefold(), -(run.started_at or 0.0), run.run_id),
-    "status": lambda run: (
-        STATUS_ORDER.index(run.status) if run.status in STATUS_ORDER else len(STATUS_ORDER),
-        -(run.started_at or 0.0),
-        run.run_id,
-    ),
-}
-DEFAULT_SORT = "newest first"
-
-
-def game_filter_choices(runs: Sequence[RunSnapshot]) -> list[str]:
-    """ "all", then every game some run plays, alphabetically."""
-    return [ALL] + sorted({run.env_name for run in runs}, key=str.casefold)
-
-
-def table_runs(
-    runs: Sequence[RunSnapshot], game: str | None = ALL, status: str | None = ALL, order: str | None = DEFAULT_SORT
-) -> list[RunSnapshot]:
-    """The runs the table lists: those of `game` and `status` ("all" for any; status "active" for
-    starting, running or stopping), in `order` (a key of SORT_ORDERS)."""
-    game, status = game or ALL, status or ALL
-    shown = [
-        run
-        for run in runs
-        if (game == ALL or run.env_name == game)
-        and (status == ALL or run.status == status or (status == ACTIVE and run.status in ACTIVE_STATUSES))
-    ]
-    return sorted(shown, key=SORT_ORDERS.get(order or DEFAULT_SORT, SORT_ORDERS[DEFAULT_SORT]))
-
-
-def filter_note(shown: int, total: int) -> str:
-    """Under the filters: how many runs the table lists of how many there are."""
-    if total == 0:
-        return "No runs yet: start one on the Train tab (or with `python -m trainer`), then Refresh."
-    if shown == total:
-        return f"{total} run(s)."
-    return f"Showing {shown} of {total} runs (the filters hide {total - shown})."
 
 
 def delete_refusal(run: RunSnapshot) -> str | None:
@@ -278,137 +222,12 @@ class RunsTab(RunViewHandlers):
         return f"Deleted **{run_id}**.", gr.Button(visible=False)
 
 
-def run_choices(runs: Sequence[RunSnapshot]) -> list[tuple[str, str]]:
-    """(label, run id) for the run pickers: a named run shows its name beside its id."""
-    return [(f"{run.name} ({run.run_id})" if run.name else run.run_id, run.run_id) for run in runs]
-
-
-# ----------------------------------------------------------------------------- components
-
-
-@dataclass
-class RunsPanel:
-    """The Runs tab's components."""
-
-    tab: gr.Tab
-    refresh_button: gr.Button
-    game_filter: gr.Dropdown
-    status_filter: gr.Dropdown
-    sort_order: gr.Dropdown
-    filter_note: gr.Markdown
-    table: gr.Dataframe
-    run_picker: gr.Dropdown
-    open_button: gr.Button
-    resume_button: gr.Button
-    stop_button: gr.Button
-    delete_button: gr.Button
-    confirm_delete_button: gr.Button
-    cleanup_buttons: Any  # studio/retention.py: delete old checkpoints
-    message: gr.Markdown
-    name_box: gr.Textbox
-    notes_box: gr.Textbox
-    save_notes_button: gr.Button
-    compare_box: gr.CheckboxGroup
-    compare_note: gr.Markdown
-    config_diff: gr.Dataframe
-    history: RunView  # the selected run, the ticked ones overlaid
-
-
 @dataclass
 class RunsEvents:
     """Events of the Runs tab that other tabs chain (each a dict of fn, inputs, outputs)."""
 
     hide: dict  # another tab is shown: the Runs tab's timer stops
     refresh: dict  # the runs folder read again (also Evaluate's run picker)
-
-
-def build_runs_tab() -> RunsPanel:
-    """The Runs tab's layout: filters, table, the selected run's actions, notes, compare, its view."""
-    with gr.Tab("Runs", id="runs") as tab:
-        gr.Markdown(
-            "Every run in the runs folder (this studio's, an earlier one's, the CLI's). Click a "
-            "row to select it; tick runs to compare their curves and configs."
-        )
-        with gr.Row(equal_height=False):
-            refresh_button = gr.Button("Refresh", size="sm", scale=0, min_width=100, elem_id="refresh-runs")
-            game_filter = gr.Dropdown(
-                [ALL], value=ALL, label="game", scale=1, min_width=140, elem_id="runs-game-filter"
-            )
-            status_filter = gr.Dropdown(
-                list(STATUS_FILTERS), value=ALL, label="status", scale=1, min_width=140, elem_id="runs-status-filter"
-            )
-            sort_order = gr.Dropdown(
-                list(SORT_ORDERS), value=DEFAULT_SORT, label="sort", scale=1, min_width=140, elem_id="runs-sort"
-            )
-            note = gr.Markdown(elem_id="runs-filter-note")
-        table = gr.Dataframe(
-            headers=views.RUNS_TABLE_HEADERS, interactive=False, wrap=True, max_height=360, elem_id="runs-table"
-        )
-        with gr.Row(equal_height=False):
-            run_picker = gr.Dropdown([], label="Selected run", scale=3, elem_id="run-picker")
-            open_button = gr.Button("Open in live view", scale=1)
-            resume_button = gr.Button("Resume", scale=1, elem_id="resume")
-            stop_button = gr.Button("Stop", variant="stop", scale=1)
-            delete_button = gr.Button("Delete", scale=1, elem_id="delete")
-            confirm_delete_button = gr.Button(
-                "Confirm delete", variant="stop", visible=False, scale=1, elem_id="confirm-delete"
-            )
-            cleanup_buttons = build_cleanup_buttons()
-        message = gr.Markdown(elem_id="runs-message")
-        with gr.Row(equal_height=False):
-            name_box = gr.Textbox(
-                label="Name",
-                placeholder="e.g. lr 1e-3, bigger net",
-                interactive=False,
-                max_lines=1,
-                scale=2,
-                elem_id="run-name",
-            )
-            notes_box = gr.Textbox(
-                label="Notes",
-                placeholder="What you tried, what you saw",
-                lines=2,
-                max_lines=8,
-                interactive=False,
-                scale=4,
-                elem_id="run-notes",
-            )
-            save_notes_button = gr.Button("Save name and notes", scale=1, elem_id="save-notes")
-        compare_box = gr.CheckboxGroup([], label="Compare (overlay curves)", elem_id="compare")
-        diff_note = gr.Markdown(elem_id="compare-note")
-        diff = gr.Dataframe(
-            interactive=False,
-            wrap=True,
-            max_height=300,
-            visible=False,
-            label="Config keys that differ",
-            elem_id="config-diff",
-        )
-        history = build_run_view("runs-", with_log=False)
-    return RunsPanel(
-        tab,
-        refresh_button,
-        game_filter,
-        status_filter,
-        sort_order,
-        note,
-        table,
-        run_picker,
-        open_button,
-        resume_button,
-        stop_button,
-        delete_button,
-        confirm_delete_button,
-        cleanup_buttons,
-        message,
-        name_box,
-        notes_box,
-        save_notes_button,
-        compare_box,
-        diff_note,
-        diff,
-        history,
-    )
 
 
 def wire_runs_tab(

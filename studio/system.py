@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import psutil
 
-from studio.charts import UsageSample
+from studio.system_chart import UsageSample
 
 GpuReading = tuple[float, float]  # (utilisation %, memory used %), averaged over GPUs
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import gradio as gr
 
-from studio.charts import ChartOptions, system_figure
+from studio.charts import ChartOptions
 from studio.cluster_view import run_nodes_html
 from studio.form import FORM_FIELDS, validated_config
 from studio.handlers import PRIVATE, USER_ERRORS, bold_message, changed_value
 from studio.run_view import RunView, RunViewHandlers, build_run_view, build_status, on_chart_change, plot_data
 from studio.runs import RunSnapshot
+from studio.system_chart import system_figure
 from studio.train_form import FormHandlers, FormPanel, build_form, wire_form
 
 

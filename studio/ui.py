@@ -17,7 +17,8 @@ from studio.form import FORM_FIELDS, form_values, tuned_config
 from studio.handlers import DEFAULT_ENV, PRIVATE
 from studio.http_api import register_api
 from studio.runs import RunManager
-from studio.runs_tab import build_runs_tab, wire_runs_tab
+from studio.runs_layout import build_runs_tab
+from studio.runs_tab import wire_runs_tab
 from studio.scratch import ScratchFolder
 from studio.system import SystemMonitor, available_devices
 from studio.train_tab import build_train_tab, wire_train_tab

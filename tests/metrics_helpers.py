@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.config.defaults import load_config
-from trainer.run.events import JsonlSink, make_event
+from trainer.run.events import make_event
 from trainer.run.layout import events_path, write_config
+from trainer.run.sinks import JsonlSink
 
 METRIC_DEFAULTS = dict(
     fps=1000.0,

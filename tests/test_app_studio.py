@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gradio_client import Client
+from gradio_client.exceptions import AuthenticationError
 
 from test_studio_helpers import http_status, start_studio
 
@@ -175,7 +176,7 @@ def test_with_auth_nothing_is_served_before_logging_in(tmp_path):
     server = start_studio(runs_dir, tmp_path / "auth.log", "--auth", "alice:secret")
     try:
         assert http_status(server.url + "/gradio_api/file=" + str(note)) in (401, 403)
-        with pytest.raises(Exception):
+        with pytest.raises(AuthenticationError, match="credentials were not provided"):
             Client(server.url, verbose=False).predict(api_name="/runs")
         rows = Client(server.url, auth=("alice", "secret"), verbose=False).predict(api_name="/runs")
         assert [row["run"] for row in rows] == ["some-run"]

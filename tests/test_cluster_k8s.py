@@ -38,7 +38,7 @@ def check_command(command: list[str]) -> None:
         return
     assert command[1:3] == ["-m", "trainer"], command
     from trainer.__main__ import build_train_parser
-    from trainer.cluster.launch import build_master_parser, build_worker_parser
+    from trainer.cluster.commands import build_master_parser, build_worker_parser
 
     rest = command[3:]
     parsers = {"master": build_master_parser, "worker": build_worker_parser}

@@ -95,7 +95,8 @@ def test_every_output_derives_its_list_from_the_registry():
     from studio import charts, views
     from trainer.algos.ppo import PPO, UPDATE_STAT_NAMES
     from trainer.algos.registry import registration
-    from trainer.run.events import EVENT_SCHEMA, TensorBoardSink
+    from trainer.run.events import EVENT_SCHEMA
+    from trainer.run.sinks import TensorBoardSink
     from trainer.serving.metrics_export import LOSS_FIELDS, MACHINE_METRICS, METRICS
 
     schema = EVENT_SCHEMA["metrics"]
@@ -110,7 +111,7 @@ def test_every_output_derives_its_list_from_the_registry():
 
 
 def test_the_tensorboard_sink_writes_the_registrys_tags():
-    from trainer.run.events import TensorBoardSink
+    from trainer.run.sinks import TensorBoardSink
 
     written = {}
 

@@ -34,7 +34,8 @@ from trainer.serving.serve import ServeError, create_app, start_server
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_model(action_space=gymnasium.spaces.Discrete(3), obs_size: int = 5, seed: int = 0) -> TrainedModel:
+def make_model(action_space=None, obs_size: int = 5, seed: int = 0) -> TrainedModel:
+    action_space = gymnasium.spaces.Discrete(3) if action_space is None else action_space
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (obs_size,)), action_space, norm_obs=True)
     torch.manual_seed(seed)
     policy = build_policy(spec)

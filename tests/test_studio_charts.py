@@ -10,11 +10,12 @@ from plotly.graph_objects import Figure
 
 from envs.registry import score_unit
 from studio import views
-from studio.charts import ChartOptions, CurveSource, UsageSample, diagnostics_figure, reward_figure, system_figure
+from studio.charts import ChartOptions, CurveSource, diagnostics_figure, reward_figure
 from studio.evaluate import EvaluationSummary
 from studio.runs import RunState
 from studio.score import format_count, game_name, game_score
 from studio.series import MAX_POINTS_PER_CURVE, downsample
+from studio.system_chart import UsageSample, system_figure
 
 
 def events(

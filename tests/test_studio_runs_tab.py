@@ -16,7 +16,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from studio import compare, runs_tab, views
+from studio import compare, runs_table, views
 from studio.callbacks import Studio
 from studio.history import RunState
 from studio.runs import RunError, RunManager
@@ -236,15 +236,15 @@ def test_the_table_filters_by_game_and_status_and_sorts():
         snapshot("d", "stopped", {"env_name": "flappy_bird"}, 50.0),
     ]
     ids = lambda shown: [run.run_id for run in shown]  # noqa: E731
-    assert ids(runs_tab.table_runs(runs)) == ["c", "b", "a", "d"]  # newest first
-    assert ids(runs_tab.table_runs(runs, game="cartpole")) == ["c", "a"]
-    assert ids(runs_tab.table_runs(runs, status="active")) == ["c"]
-    assert ids(runs_tab.table_runs(runs, game="cartpole", status="finished")) == ["a"]
-    assert ids(runs_tab.table_runs(runs, order="best return")) == ["a", "c", "b", "d"]  # no return: last
-    assert ids(runs_tab.table_runs(runs, order="status")) == ["c", "b", "d", "a"]
-    assert ids(runs_tab.table_runs(runs, order="oldest first")) == ["d", "a", "b", "c"]
-    assert runs_tab.game_filter_choices(runs) == ["all", "cartpole", "flappy_bird", "snake"]
-    assert runs_tab.filter_note(2, 4) == "Showing 2 of 4 runs (the filters hide 2)."
+    assert ids(runs_table.table_runs(runs)) == ["c", "b", "a", "d"]  # newest first
+    assert ids(runs_table.table_runs(runs, game="cartpole")) == ["c", "a"]
+    assert ids(runs_table.table_runs(runs, status="active")) == ["c"]
+    assert ids(runs_table.table_runs(runs, game="cartpole", status="finished")) == ["a"]
+    assert ids(runs_table.table_runs(runs, order="best return")) == ["a", "c", "b", "d"]  # no return: last
+    assert ids(runs_table.table_runs(runs, order="status")) == ["c", "b", "d", "a"]
+    assert ids(runs_table.table_runs(runs, order="oldest first")) == ["d", "a", "b", "c"]
+    assert runs_table.game_filter_choices(runs) == ["all", "cartpole", "flappy_bird", "snake"]
+    assert runs_table.filter_note(2, 4) == "Showing 2 of 4 runs (the filters hide 2)."
 
 
 def test_the_table_handler_applies_the_filters(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from plotly.graph_objects import Figure
 
 from studio import views
-from studio.charts import CurveSource, UsageSample, diagnostics_figure, reward_figure, system_figure
+from studio.charts import CurveSource, diagnostics_figure, reward_figure
 from studio.form import (
     FORM_FIELDS,
     NOT_IN_FORM,
@@ -27,6 +27,7 @@ from studio.form import (
 from studio.runs import GifInfo, RunState
 from studio.series import downsample, smooth
 from studio.system import SystemMonitor, parse_nvidia_smi
+from studio.system_chart import UsageSample, system_figure
 from trainer.config.checks import ConfigError
 from trainer.config.keys import CheckpointConfig
 from trainer.config.validation import config_from_dict
@@ -244,7 +245,7 @@ def test_batch_note_explains_the_batch_arithmetic():
 
 
 def test_every_trainer_key_is_in_the_form_or_explained():
-    from trainer.config.keys import key_names
+    from trainer.config.declaring import key_names
 
     keys = {name for name in key_names() if name != "checkpoint"}  # the shared keys and every algorithm's own
     keys |= {f"checkpoint.{f.name}" for f in dataclasses.fields(CheckpointConfig)}

@@ -137,10 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         import importlib  # each one's parser and command live beside the code it runs
 
         return importlib.import_module(f"trainer.serving.{argv[0]}").command(argv[1:])
-    if argv and argv[0] in ("master", "worker", "_rank"):  # the elastic cluster: trainer/cluster/launch.py
-        from trainer.cluster import launch
+    if argv and argv[0] == "_rank":  # one rank of an elastic run, started by its agent: trainer/cluster/rank.py
+        from trainer.cluster.rank import rank_command
 
-        return getattr(launch, f"{argv[0].lstrip('_')}_command")(argv[1:])
+        return rank_command(argv[1:])
+    if argv and argv[0] in ("master", "worker"):  # the elastic cluster: trainer/cluster/commands.py
+        from trainer.cluster import commands
+
+        return getattr(commands, f"{argv[0]}_command")(argv[1:])
     if argv and argv[0] == "train":
         argv = argv[1:]
     return train_command(argv)
@@ -259,7 +263,7 @@ def train_command(argv: list[str]) -> int:
 
     sinks = []
     if is_main and not args.quiet:
-        from trainer.run.events import LogSink, ProgressBarSink
+        from trainer.run.sinks import LogSink, ProgressBarSink
 
         if sys.stdout.isatty() and not args.no_progress:
             sinks.append(ProgressBarSink(total=config.total_timesteps, log_interval=config.log_interval))

@@ -35,18 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from trainer.algos.registry import registration
+from trainer.api_envs import check_fixed, wrap_env
 from trainer.config.checks import ConfigError
+from trainer.config.declaring import key_names
 from trainer.config.defaults import shipped_config, untuned_defaults
-from trainer.config.keys import TrainConfig, key_names
+from trainer.config.keys import TrainConfig
 from trainer.config.loading import merge_settings
 from trainer.config.permissions import require_code_permission
 from trainer.config.validation import config_from_dict
 from trainer.run.checkpoint import TrainedModel, atomic_save, read_checkpoint
-from trainer.run.events import EventBus, LogSink, ProgressBarSink
+from trainer.run.events import EventBus
 from trainer.run.loop import TrainingSession, report_failure
 from trainer.run.owner import RunOwner, take_ownership
 from trainer.run.resume import checkpoint_payload, restore
 from trainer.run.setup import open_run_dir
+from trainer.run.sinks import LogSink, ProgressBarSink
 
 # callback(metrics event, model) -> False stops training; None / True go on
 Callback = Callable[[dict, "Model"], "bool | None"]
@@ -68,9 +71,9 @@ class Model:
         if isinstance(env, str):
             config = shipped_config(env, settings)
         else:
-            label, make_factory, fixed, action_space = _wrap_env(env)
+            label, make_factory, fixed, action_space = wrap_env(env)
             base = merge_settings(untuned_defaults(action_space), {"env_name": label, **fixed})
-            config = config_from_dict(merge_settings(base, _check_fixed(settings, fixed)))
+            config = config_from_dict(merge_settings(base, check_fixed(settings, fixed)))
             env_factory = make_factory(config)
         self.config: TrainConfig = config
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
@@ -298,89 +301,6 @@ def _class_name(algo: Any) -> str:
         return api_class(algo).__name__
     except ValueError:
         return f"api_class({str(algo)[:40]!r})"
-
-
-# ---------------------------------------------------------------------------------------------
-# Envs
-
-
-def _wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict, Any]:
-    """(config env_name label, config -> env factory (num_envs, device, seed) -> VecEnv, keys
-    the env fixes, its single action space). A Gymnasium env factory is vectorised as the config
-    says (`vector_env`, `num_workers`: the worker pool when num_workers > 1, as for an env given
-    by name)."""
-    if _is_vec_env(env):
-
-        def reuse(num_envs, device, seed):
-            return env
-
-        return (
-            _label(getattr(env, "name", None), type(env)),
-            lambda config: reuse,
-            {"num_envs": int(env.num_envs), "device": str(env.device), "gif_interval": 0},
-            env.single_action_space,
-        )
-    if callable(env):
-        from envs.registry import make_gymnasium_vec_env
-
-        def make_factory(config: TrainConfig) -> Callable:
-            def factory(num_envs, device, seed):
-                return make_gymnasium_vec_env(
-                    env,
-                    num_envs,
-                    device=device,
-                    seed=seed,
-                    vector_env=config.vector_env,
-                    num_workers=config.num_workers,
-                )
-
-            return factory
-
-        probe = env()
-        try:
-            spec_id = getattr(getattr(probe, "spec", None), "id", None)
-            action_space = probe.action_space
-        finally:
-            probe.close()
-        return _label(spec_id, env), make_factory, {}, action_space
-    raise ConfigError(
-        f"env must be an env name (e.g. 'cartpole', 'Acrobot-v1'), a callable returning a "
-        f"gymnasium.Env, or a VecEnv; got {type(env).__name__}"
-    )
-
-
-def _is_vec_env(env: Any) -> bool:
-    return all(hasattr(env, name) for name in ("num_envs", "single_observation_space", "step", "reset", "stats"))
-
-
-def _label(name: str | None, fallback: Any) -> str:
-    """What the config (and the saved model) calls an env given as an object: its registered name
-    when it has one, else its entry point `module:QualifiedName` (enough to tell it apart)."""
-    from envs import resolve_env_name
-    from envs.errors import EnvError
-
-    if name:
-        try:
-            resolve_env_name(name)
-            return name
-        except EnvError:
-            pass
-    return f"{getattr(fallback, '__module__', 'env')}:{getattr(fallback, '__qualname__', type(fallback).__name__)}"
-
-
-def _check_fixed(settings: dict, fixed: dict) -> dict:
-    for name, value in fixed.items():
-        if name in settings and name != "gif_interval" and str(settings[name]) != str(value):
-            raise ConfigError(
-                f"{name}={settings[name]!r} does not fit the VecEnv given, which has {name} {value!r}; "
-                f"leave {name} out (it is taken from the env) or build the env with it"
-            )
-    if "env_kwargs" in settings or "wrappers" in settings:
-        raise ConfigError(
-            "env_kwargs / wrappers apply to envs given by name; an env object or factory "
-            "is used as it is built (apply options and wrappers inside the factory)"
-        )
-    return {name: value for name, value in settings.items() if name not in fixed}
 
 
 # ---------------------------------------------------------------------------------------------

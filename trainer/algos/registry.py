@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_METRICS, PPO_SUMMARY, PPOKeys, check_a2c
 from trainer.config.algorithm_keys import forget_algorithm
-from trainer.config.keys import declare_algorithm
+from trainer.config.declaring import declare_algorithm
 from trainer.config.metrics import check_update_metrics
 
 if TYPE_CHECKING:

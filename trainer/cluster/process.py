@@ -43,7 +43,7 @@ class _EndWatcher:
 
 def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, resume: bool = False) -> None:
     from trainer.cluster.signals import StopRequest
-    from trainer.run.events import QueueSink
+    from trainer.run.sinks import QueueSink
 
     watcher = _EndWatcher()
     sinks = [watcher] + ([QueueSink(queue)] if queue is not None else [])
@@ -72,8 +72,9 @@ def run_training(config_dict: dict, run_dir: str, queue=None, stop_event=None, r
 def _report_unstarted(run_dir: str | None, sinks: list, status: str, error: BaseException | None) -> None:
     """The `end` (and `error`) of a run whose trainer never wrote its own; into the run folder
     only while it has no history (never appended to the history of an existing run)."""
-    from trainer.run.events import EventBus, JsonlSink, LogSink
+    from trainer.run.events import EventBus
     from trainer.run.layout import events_path, log_path
+    from trainer.run.sinks import JsonlSink, LogSink
     from trainer.run.storage import failure_message
 
     sinks = list(sinks)
@@ -116,8 +117,9 @@ def run_launched(
     from trainer.cluster.launch import free_port, host_run, ranks_wanted
     from trainer.cluster.signals import StopRequest
     from trainer.config.validation import config_from_dict
-    from trainer.run.events import EventBus, LogSink
+    from trainer.run.events import EventBus
     from trainer.run.layout import log_path
+    from trainer.run.sinks import LogSink
 
     def hidden(line: str) -> str:
         return line.replace(token, "<token: shown on the page that started the run>") if token else line

@@ -2,6 +2,7 @@
 algorithms fill when they register (trainer/algos/registry.py; `import trainer` registers the
 built-in ones before any config is read). The config sits below the algorithms and never imports
 them, so it learns their names and keys here; trainer/config/validation.py validates with the table.
+`AlgorithmSettings`: how a TrainConfig holds its algorithm's keys (`config.clip_coef`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ ConfigCheck = Callable[[Any, set[str], list[str]], None]
 @dataclass(frozen=True)
 class AlgorithmEntry:
     """What the config knows of an algorithm: its `algo` name, one line about it, its own keys
-    (`DeclaredKey`s of trainer/config/keys.py) and the check of their relations."""
+    (`DeclaredKey`s of trainer/config/declaring.py) and the check of their relations."""
 
     name: str
     summary: str
@@ -116,3 +117,48 @@ class RegisteredAlgorithm(Check):
         raise ConfigError(
             f"{key} must be one of {', '.join(self.choices)}, got {short_repr(value)}.{hint} The algorithms: {listing}"
         )
+
+
+class AlgorithmSettings:
+    """What TrainConfig (trainer/config/keys.py) does with its `algo_settings` field, the chosen
+    algorithm's own keys: they start at their declared defaults, are read and written as
+    `config.clip_coef`, and are written flat right after `algo` by `to_dict`."""
+
+    def __post_init__(self) -> None:
+        """The algorithm's keys start at their declared defaults (a copy: `replace()` shares none)."""
+        entry = ALGORITHM_TABLE.get(self.algo)
+        declared = {item.name: copy.deepcopy(item.default) for item in entry.keys} if entry else {}
+        self.algo_settings = {**declared, **self.algo_settings}
+
+    def __getattr__(self, name: str) -> Any:
+        """`config.clip_coef`: an algorithm key of this config (only called when no field has the name)."""
+        settings = self.__dict__.get("algo_settings")
+        if settings is not None and name in settings:
+            return settings[name]
+        owners = algorithms_with_key(name)
+        raise AttributeError(
+            f"TrainConfig has no key {name!r}"
+            + (
+                f" (a key of algo {', '.join(owners)}; this config trains {self.__dict__.get('algo')})"
+                if owners
+                else ""
+            )
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        settings = self.__dict__.get("algo_settings")
+        if settings is not None and name in settings:
+            settings[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict:
+        """Every key (the algorithm's own right after `algo`), nested `checkpoint`, JSON/YAML-safe."""
+        raw = dataclasses.asdict(self)
+        settings = raw.pop("algo_settings")
+        flat: dict = {}
+        for name, value in raw.items():
+            flat[name] = value
+            if name == "algo":
+                flat.update(settings)
+        return flat

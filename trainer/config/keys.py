@@ -4,37 +4,24 @@ line, validated in one place with errors a person can act on.
     from trainer.config.defaults import load_config
     config = load_config("configs/cartpole.yaml", overrides=["learning_rate=1e-3"])
 
-This file holds the declarations (`key(...)`, `TrainConfig`); beside it: loading.py (YAML,
-`--set`, merging settings), validation.py (`config_from_dict`) and reference.py (the tables).
-Each key below is one `key(...)` declaration: its default, help text (the config reference;
-`docs/config.md` is built from it), check (`trainer/config/checks.py`: type, range, and which
-studio control shows it) and studio group. The studio's form, `--set`, YAML loading, the Python
-API and `UpdateSettings.from_config` are all derived from these declarations.
+Each key below is one `key(...)` declaration: default, help text (the config reference, built into
+docs/config.md), check (trainer/config/checks.py: type, range, studio control) and studio group. The
+studio's form, `--set`, YAML, the Python API and `UpdateSettings.from_config` all derive from them.
+Beside this file: declaring.py (the declarations read back: `declared_keys`, `declare_algorithm`),
+loading.py (YAML, `--set`), validation.py (`config_from_dict`), reference.py (the tables) and
+batching.py (the batch vocabulary and its one rule).
 
-An algorithm's own keys (PPO's `clip_coef`, ...) are declared the same way beside the algorithm
-(trainer/algos/) and handed to `ALGORITHM_TABLE` (algorithm_keys.py) when it registers: this room sits below
-the algorithms and never imports them. A config holds the keys of its `algo` only, read as
-`config.clip_coef` and written flat in YAML like every other key.
-
-The batch vocabulary (batch_size, mini_batch_size, ...) and its one rule: trainer/config/batching.py.
+An algorithm's own keys (PPO's `clip_coef`, ...) are declared the same way beside it (trainer/algos/)
+and handed to `ALGORITHM_TABLE` (algorithm_keys.py) when it registers: this room never imports the
+algorithms. A config holds its `algo`'s keys only, read as `config.clip_coef`, written flat in YAML.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.config.algorithm_keys import (
-    ALGORITHM_TABLE,
-    AlgorithmEntry,
-    ConfigCheck,
-    RegisteredAlgorithm,
-    add_algorithm,
-    algorithm_keys,
-    algorithms_with_key,
-)
+from trainer.config.algorithm_keys import AlgorithmSettings, RegisteredAlgorithm
 from trainer.config.batching import DEFAULT_MINI_BATCH_SIZE, DEFAULT_NUM_STEPS
 from trainer.config.checks import (
     Boolean,
@@ -125,7 +112,7 @@ MODEL_TYPE_HELP = "Policy network: " + "; ".join(f"`{name}` {text}" for name, te
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(AlgorithmSettings):
     # --- what to train --------------------------------------------------------------------
     env_name: str = key(
         "cartpole",
@@ -350,47 +337,8 @@ class TrainConfig:
         OUTPUTS,
     )
     # The chosen algorithm's own keys by name (declared beside it, see ALGORITHM_TABLE): not a key
-    # itself; read as `config.clip_coef`, written flat after `algo` by to_dict.
+    # itself; read as `config.clip_coef`, written flat after `algo` by to_dict (AlgorithmSettings).
     algo_settings: dict = field(default_factory=dict, metadata={"algo_settings": True})
-
-    def __post_init__(self) -> None:
-        """The algorithm's keys start at their declared defaults (a copy: `replace()` shares none)."""
-        entry = ALGORITHM_TABLE.get(self.algo)
-        declared = {item.name: copy.deepcopy(item.default) for item in entry.keys} if entry else {}
-        self.algo_settings = {**declared, **self.algo_settings}
-
-    def __getattr__(self, name: str) -> Any:
-        """`config.clip_coef`: an algorithm key of this config (only called when no field has the name)."""
-        settings = self.__dict__.get("algo_settings")
-        if settings is not None and name in settings:
-            return settings[name]
-        owners = algorithms_with_key(name)
-        raise AttributeError(
-            f"TrainConfig has no key {name!r}"
-            + (
-                f" (a key of algo {', '.join(owners)}; this config trains {self.__dict__.get('algo')})"
-                if owners
-                else ""
-            )
-        )
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        settings = self.__dict__.get("algo_settings")
-        if settings is not None and name in settings:
-            settings[name] = value
-        else:
-            object.__setattr__(self, name, value)
-
-    def to_dict(self) -> dict:
-        """Every key (the algorithm's own right after `algo`), nested `checkpoint`, JSON/YAML-safe."""
-        raw = dataclasses.asdict(self)
-        settings = raw.pop("algo_settings")
-        flat: dict = {}
-        for name, value in raw.items():
-            flat[name] = value
-            if name == "algo":
-                flat.update(settings)
-        return flat
 
 
 KEY_ALIASES = {
@@ -403,66 +351,3 @@ KEY_ALIASES = {
     "env_id": "env_name",
     "net_arch": "hidden_sizes",
 }
-
-
-@dataclass(frozen=True)
-class DeclaredKey:
-    """One config key as declared above; `name` is dotted inside a section (`checkpoint.keep`)."""
-
-    name: str
-    default: Any
-    help: str
-    check: Check
-    group: str | None
-    studio_note: str | None
-    algos: tuple[str, ...] = ()  # an algorithm's own key: the algorithms that take it (empty: every one)
-
-
-def declared_keys(cls: type = TrainConfig, prefix: str = "") -> list[DeclaredKey]:
-    """Every key in declaration order, sections flattened, the registered algorithms' own keys
-    right after `algo` (the config reference, the studio form)."""
-    keys = []
-    for item in dataclasses.fields(cls):
-        section = item.metadata.get("section")
-        if section is not None:
-            keys += declared_keys(section, f"{prefix}{item.name}.")
-            continue
-        if "help" not in item.metadata:  # algo_settings (not a key), or a field an algorithm adds for itself
-            continue
-        default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
-        keys.append(
-            DeclaredKey(
-                prefix + item.name,
-                default,
-                item.metadata["help"],
-                item.metadata["check"],
-                item.metadata["group"],
-                item.metadata["studio_note"],
-            )
-        )
-        if cls is TrainConfig and item.name == "algo":
-            keys += algorithm_keys().values()
-    return keys
-
-
-def field_names(cls: type = TrainConfig) -> list[str]:
-    """The dataclass's keys (TrainConfig: the ones every algorithm shares; `key_names` adds the algorithms')."""
-    return [item.name for item in dataclasses.fields(cls) if "algo_settings" not in item.metadata]
-
-
-def key_names() -> list[str]:
-    """Every top-level key a config may give: the shared ones and every registered algorithm's."""
-    return field_names() + list(algorithm_keys())
-
-
-def declare_algorithm(name: str, summary: str, keys: type | None = None, check: ConfigCheck | None = None) -> None:
-    """Add an algorithm and its own keys (a dataclass of `key(...)` fields) to ALGORITHM_TABLE
-    (trainer/config/algorithm_keys.py), as trainer/algos/registry.py does when one registers."""
-    own = tuple(declared_keys(keys)) if keys is not None else ()
-    add_algorithm(AlgorithmEntry(name, summary, own, check), set(field_names()) | set(KEY_ALIASES))
-
-
-def dataclass_sections() -> dict[str, type]:
-    return {
-        item.name: item.metadata["section"] for item in dataclasses.fields(TrainConfig) if "section" in item.metadata
-    }

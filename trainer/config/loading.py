@@ -11,7 +11,8 @@ from typing import Any
 
 from trainer.config.algorithm_keys import keys_other_algorithms_take
 from trainer.config.checks import ConfigError, short_repr
-from trainer.config.keys import KEY_ALIASES, TrainConfig, dataclass_sections
+from trainer.config.declaring import dataclass_sections
+from trainer.config.keys import KEY_ALIASES, TrainConfig
 from trainer.config.safe_yaml import YamlError, dump_yaml, load_yaml_file, load_yaml_text
 
 # A value given on top of a config drops these keys from it: they were derived from the old value

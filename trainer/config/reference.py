@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.config.keys import declared_keys
+from trainer.config.declaring import declared_keys
 
 
 def config_reference() -> list[tuple[str, Any, str]]:

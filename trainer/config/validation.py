@@ -12,7 +12,8 @@ from typing import Any
 from trainer.config.algorithm_keys import ALGORITHM_TABLE, algorithm_keys, settle_algorithm_keys
 from trainer.config.batching import resolve_batch_sizes
 from trainer.config.checks import ConfigError, did_you_mean, short_repr
-from trainer.config.keys import KEY_ALIASES, TrainConfig, field_names
+from trainer.config.declaring import field_names
+from trainer.config.keys import KEY_ALIASES, TrainConfig
 
 
 def config_from_dict(raw: dict | TrainConfig) -> TrainConfig:

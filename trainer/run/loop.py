@@ -12,15 +12,15 @@ bar). Any exception becomes an `error` event followed by `end` (status `failed`)
 again; a stop signal ends the run cleanly with a checkpoint and the final model.
 
 What the loop is built from lives beside it: device, threads, learning-rate scaling and the env
-in trainer/run/setup.py, every seed in trainer/run/seeding.py, checkpoint payloads and resuming in
-trainer/run/resume.py, the GIF schedule and budget in trainer/run/gif.py, merging across ranks in trainer/run/ranks.py.
+in trainer/run/setup.py, every seed in trainer/run/seeding.py, the metrics event, checkpoints, the final model
+and GIFs of each update in trainer/run/outputs.py, checkpoint payloads and resuming in trainer/run/resume.py,
+the GIF schedule and budget in trainer/run/gif.py, merging across ranks in trainer/run/ranks.py.
 The algorithm (`config.algo`, trainer/algos/registry.py) is called through its protocol only, so
 every algorithm runs through this one loop, for the CLI, the API, the studio and every rank.
 """
 
 from __future__ import annotations
 
-import errno
 import time
 import traceback
 from collections.abc import Callable
@@ -34,14 +34,21 @@ from trainer.algos.registry import algorithm_class
 from trainer.config.keys import TrainConfig
 from trainer.config.validation import config_from_dict
 from trainer.nets.policies import ActorCritic
-from trainer.run.checkpoint import atomic_save
-from trainer.run.events import EVENT_SCHEMA, EventBus, EventSink
+from trainer.run.events import EventBus, EventSink
 from trainer.run.gif import GifSchedule
-from trainer.run.layout import checkpoint_folder, checkpoint_path, final_model_path, rollout_gif_path, write_config
+from trainer.run.layout import write_config
+from trainer.run.outputs import (
+    checkpoint_due,
+    emit_metrics,
+    metric_blanks,
+    recent_episode_length,
+    record_gif,
+    save_checkpoint,
+    save_final_model,
+)
 from trainer.run.owner import RunOwner, take_ownership
 from trainer.run.ranks import DistributedContext, setup_distributed
-from trainer.run.resume import ResumeError, checkpoint_payload, model_payload, resume_session
-from trainer.run.retention import prune_checkpoints, record_checkpoint_return
+from trainer.run.resume import ResumeError, resume_session
 from trainer.run.seeding import seeds
 from trainer.run.setup import (
     EnvFactory,
@@ -54,10 +61,7 @@ from trainer.run.setup import (
     scaled_learning_rate,
     set_threads,
 )
-from trainer.run.storage import failure_message, storage_error
-
-# errno values of a failed write (a GIF that hits these stops the run; other GIF failures only turn GIFs off)
-WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
+from trainer.run.storage import failure_message
 
 __all__ = ["train", "TrainResult", "TrainingSession", "ResumeError", "open_run_dir", "report_failure"]
 
@@ -192,7 +196,7 @@ class TrainingSession:
                 broadcast=context.broadcast_module_ if context is not None else None,
             )
         )
-        self._metric_blanks = metric_blanks(self.algorithm)
+        self.blank_metrics = metric_blanks(self.algorithm)  # the metrics this algorithm leaves null
         self.base_learning_rate, lr_message = scaled_learning_rate(config, self.world_size)
         if lr_message:
             self._pending_logs.append(lr_message)
@@ -207,6 +211,7 @@ class TrainingSession:
         self.session_start_step = 0
         self.resumed_from_step: int | None = None
         self.last_metrics: dict | None = None
+        self.last_checkpoint_at: float | None = None  # perf_counter of the last checkpoint saved
         self.gif_schedule = GifSchedule(config.gif_interval, config.gif_max_frames, config.gif_time_fraction)
         self.next_obs = self.env.reset(seed=start.env)
         self.algorithm.start(self.next_obs)
@@ -240,21 +245,21 @@ class TrainingSession:
             self.update += 1
             statistics = self.train_one_update()  # the algorithm's collect -> update
             self.global_step += self.steps_per_update
-            self.emit_metrics(statistics)
-            if self._writes_files and self._checkpoint_due():
-                self.save_checkpoint()
+            emit_metrics(self, statistics)
+            if self._writes_files and checkpoint_due(self):
+                save_checkpoint(self)
                 last_checkpoint_update = self.update
             if self.gif_recorder is not None and self.gif_schedule.due(
-                time.perf_counter(), self.training_seconds(), self._recent_episode_length()
+                time.perf_counter(), self.training_seconds(), recent_episode_length(self)
             ):
-                self.record_gif(self.training_seconds())
+                record_gif(self, self.training_seconds())
         final_model = None
         if self._writes_files:
             if last_checkpoint_update != self.update:
-                self.save_checkpoint()
-            final_model = self.save_final_model()
+                save_checkpoint(self)
+            final_model = save_final_model(self)
             if self.gif_recorder is not None and self.update > 0 and status == "finished":
-                self.record_gif(training_seconds=None)  # after training: it slows nothing
+                record_gif(self, training_seconds=None)  # after training: it slows nothing
         if self.is_main:
             self.bus.emit(
                 "end", status=status, step=self.global_step, final_model=str(final_model) if final_model else None
@@ -314,51 +319,6 @@ class TrainingSession:
             self.bus.log(message)
         self._pending_logs.clear()
 
-    def emit_metrics(self, statistics: dict) -> dict:
-        """The metrics event of the update just done (episode numbers merged over all ranks)."""
-        summary = self.env.stats.drain()
-        totals = [
-            summary.count,
-            (summary.return_mean or 0.0) * summary.count,
-            (summary.length_mean or 0.0) * summary.count,
-            (summary.score_mean or 0.0) * summary.count,
-        ]
-        recent = [summary.recent_return_mean, summary.recent_length_mean, summary.recent_score_mean]
-        if self.context is not None:
-            totals, recent = self.context.merge_episode_numbers(totals, recent, self.device)
-        count = int(round(totals[0]))
-        self.episodes += count
-        session_seconds = time.perf_counter() - self.session_started
-        steps_this_session = self.global_step - self.session_start_step
-
-        def mean(total: float) -> float | None:
-            return total / count if count else None
-
-        fields = dict(
-            step=self.global_step,
-            update=self.update,
-            fps=steps_this_session / max(session_seconds, 1e-9),
-            elapsed=self.elapsed_before + session_seconds,
-            episodes=self.episodes,
-            episode_return_mean=mean(totals[1]),
-            episode_length_mean=mean(totals[2]),
-            episode_score_mean=mean(totals[3]),
-            recent_return_mean=recent[0],
-            recent_length_mean=recent[1],
-            recent_score_mean=recent[2],
-            episode_return_max=summary.return_max,
-            episode_score_max=summary.score_max,
-            episodes_this_update=count,
-            total_timesteps=self.num_updates * self.steps_per_update,
-            final_update=self.update == self.num_updates,
-            **statistics,
-        )
-        for name in self._metric_blanks:
-            fields.setdefault(name, None)
-        if self.is_main:
-            self.last_metrics = self.bus.emit("metrics", **fields)
-        return fields
-
     def _stop_requested(self, should_stop: Callable[[], bool]) -> bool:
         requested = bool(should_stop()) if self.is_main else False
         if self.context is not None:
@@ -373,57 +333,7 @@ class TrainingSession:
     def _writes_files(self) -> bool:
         return self.is_main and self.run_dir is not None
 
-    # -- GIFs -------------------------------------------------------------------------------------
-
-    def _recent_episode_length(self) -> float | None:
-        return (self.last_metrics or {}).get("recent_length_mean")
-
-    def record_gif(self, training_seconds: float | None) -> None:
-        """One rollout GIF now (GifSchedule says when); training_seconds None: after training."""
-        path = rollout_gif_path(self.run_dir, self.global_step)
-        self.gif_schedule.started(time.perf_counter())
-        play_on = self.gif_schedule.play_on_seconds(training_seconds, self._recent_episode_length())
-        try:
-            result = self.gif_recorder.record(
-                self.policy.state_dict(),
-                path,
-                seed=seeds(self.config.seed, update=self.update).gif,
-                play_on_seconds=play_on,
-            )
-        except Exception as error:  # noqa: BLE001 - a GIF must never end a training run, except a full disk
-            if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
-                raise storage_error(path, error) from None  # the disk, not the GIF: checkpoints fail next
-            self.bus.log(
-                f"rollout GIFs turned off: recording one failed with {type(error).__name__}: {error}", level="warning"
-            )
-            self.gif_recorder.close()
-            self.gif_recorder = None
-            return
-        self.gif_schedule.spent(result)
-        self.bus.emit("gif", step=self.global_step, **result.event_fields())
-
-    # -- saving and resuming (the payloads: trainer/run/resume.py) -------------------------------------
-
-    def _checkpoint_due(self) -> bool:
-        """Every `checkpoint.interval` updates, or `checkpoint.interval_seconds` after the last one."""
-        every, seconds = self.config.checkpoint.interval, self.config.checkpoint.interval_seconds
-        last = getattr(self, "_last_checkpoint_at", self.session_started)
-        return bool(every and self.update % every == 0) or bool(seconds and time.perf_counter() - last >= seconds)
-
-    def save_checkpoint(self) -> Path:
-        self._last_checkpoint_at = time.perf_counter()
-        folder = checkpoint_folder(self.run_dir, self.config)
-        path = atomic_save(checkpoint_payload(self), checkpoint_path(folder, self.global_step))
-        if self.config.checkpoint.keep_best:  # best.json: which checkpoint pruning spares however old
-            record_checkpoint_return(folder, self.global_step, (self.last_metrics or {}).get("recent_return_mean"))
-        prune_checkpoints(folder, self.config.checkpoint.keep, self.config.checkpoint.keep_best)
-        self.bus.emit("checkpoint", step=self.global_step, path=str(path))
-        return path
-
-    def save_final_model(self, path: str | Path | None = None) -> Path:
-        path = atomic_save(model_payload(self), path or final_model_path(self.run_dir, self.config))
-        self.bus.emit("model", step=self.global_step, path=str(path))
-        return path
+    # -- resuming (the payloads: trainer/run/resume.py) ------------------------------------------------
 
     def restore(self) -> None:
         """Continue from the newest loadable checkpoint of this run (trainer/run/resume.py)."""
@@ -436,17 +346,3 @@ class TrainingSession:
         if self.env is not None:
             self.env.close()
             self.env = None
-
-
-def metric_blanks(algorithm: Algorithm) -> tuple[str, ...]:
-    """The required fields of a metrics event that the algorithm does not compute (an algorithm
-    without a critic has no value_loss): null when the loop has none either. Refuses a metric name
-    that no metrics event carries."""
-    schema = EVENT_SCHEMA["metrics"]
-    unknown = [name for name in algorithm.metric_names if name not in schema.fields]
-    if unknown:
-        raise ValueError(
-            f"{type(algorithm).__name__}.metric_names has {unknown}, which no metrics event carries: "
-            f"declare them in trainer/config/metrics.py"
-        )
-    return tuple(name for name in schema.required if name not in algorithm.metric_names)

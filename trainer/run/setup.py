@@ -16,10 +16,11 @@ import torch
 
 from trainer.config.keys import TrainConfig
 from trainer.nets.spec import make_policy_spec
-from trainer.run.events import EventBus, JsonlSink, LogSink, TensorBoardSink
+from trainer.run.events import EventBus
 from trainer.run.layout import events_path, holds_a_run, log_path, tensorboard_path
 from trainer.run.ranks import DistributedContext
 from trainer.run.resume import ResumeError
+from trainer.run.sinks import JsonlSink, LogSink, TensorBoardSink
 
 # (num_envs, device, seed) -> VecEnv: how a session builds its env (and the GIF env)
 EnvFactory = Callable[[int, "torch.device | str", int], object]
