@@ -8,6 +8,7 @@
 
 Importing `envs` also registers the single-env Gymnasium ids `FlappyBird-v0` and `Snake-v0`.
 """
+
 import envs.gym_registration  # noqa: F401,E402  (registers FlappyBird-v0 / Snake-v0)
 from envs.base import VecEnv
 from envs.errors import EnvConfigError, EnvError, UnknownEnvError

@@ -6,13 +6,14 @@
 
 Esc or closing the window quits; after a crash, space (or an arrow key) starts a new game.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -44,8 +45,16 @@ def _key_action(game: str, pygame, event, heading: int) -> int | None:
         if (event.type == pygame.KEYDOWN and event.key in flap_keys) or event.type == pygame.MOUSEBUTTONDOWN:
             return 1
         return None
-    keys = {pygame.K_UP: "up", pygame.K_RIGHT: "right", pygame.K_DOWN: "down", pygame.K_LEFT: "left",
-            pygame.K_w: "up", pygame.K_d: "right", pygame.K_s: "down", pygame.K_a: "left"}
+    keys = {
+        pygame.K_UP: "up",
+        pygame.K_RIGHT: "right",
+        pygame.K_DOWN: "down",
+        pygame.K_LEFT: "left",
+        pygame.K_w: "up",
+        pygame.K_d: "right",
+        pygame.K_s: "down",
+        pygame.K_a: "left",
+    }
     if event.type == pygame.KEYDOWN and event.key in keys:
         return ARROW_HEADINGS[keys[event.key]]
     return None
@@ -94,7 +103,9 @@ def play(
             action = 0 if game == "flappy_bird" else heading
             restart = False
             for event in pygame.event.get():
-                if event.type == pygame.QUIT or (event.type == pygame.KEYDOWN and event.key in (pygame.K_ESCAPE, pygame.K_q)):
+                if event.type == pygame.QUIT or (
+                    event.type == pygame.KEYDOWN and event.key in (pygame.K_ESCAPE, pygame.K_q)
+                ):
                     session.quit_by_user = True
                     return session
                 wanted = _key_action(game, pygame, event, heading)
@@ -136,7 +147,9 @@ def _show(pygame, window, frame: np.ndarray, size: tuple[int, int], game_over: b
         shade = pygame.Surface(size, pygame.SRCALPHA)
         shade.fill((0, 0, 0, 120))
         window.blit(shade, (0, 0))
-        for line, (text, text_size) in enumerate(((f"Game over: {score}", 44), ("space / arrow: play again", 24), ("esc: quit", 24))):
+        for line, (text, text_size) in enumerate(
+            ((f"Game over: {score}", 44), ("space / arrow: play again", 24), ("esc: quit", 24))
+        ):
             rendered = font(text_size).render(text, True, (255, 255, 255))
             window.blit(rendered, (size[0] // 2 - rendered.get_width() // 2, size[1] // 3 + line * 40))
     pygame.display.flip()

@@ -11,6 +11,7 @@ worker pool hands back views of its shared memory, and steps one half of the bat
 policy acts on the other). Its neighbours: `errors.py`, `names.py` (did you mean), `options.py`
 (option and device checks), `stats.py` (EpisodeStats), `noise.py` (UniformNoise).
 """
+
 from __future__ import annotations
 
 import gymnasium
@@ -189,7 +190,7 @@ class VecEnv:
             actions = actions.to(self.device, non_blocking=True)
         return actions
 
-    def __enter__(self) -> "VecEnv":
+    def __enter__(self) -> VecEnv:
         return self
 
     def __exit__(self, *exc_info) -> None:

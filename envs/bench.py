@@ -11,6 +11,7 @@ For every native env and num_envs it times `env.step` on pre-generated random ac
 same run, and the ratios (of medians). Each figure is the median of `--repeats` timed runs; the
 fastest run is printed too, as the figure least disturbed by other work on a shared machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -145,15 +146,23 @@ def format_table(measurements: list[Measurement]) -> str:
 
 
 def build_parser(prog: str = "python -m envs.bench") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (Gymnasium baselines always run on the CPU)")
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, cuda or cuda:N (Gymnasium baselines always run on the CPU)"
+    )
     parser.add_argument("--num-envs", type=int, nargs="+", default=DEFAULT_NUM_ENVS)
     parser.add_argument("--envs", nargs="+", default=NATIVE_ENVS, help="native envs to time")
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one timed run")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is reported)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadiest on a small shared machine)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1: steadiest on a small shared machine)"
+    )
     parser.add_argument("--no-gym", action="store_true", help="skip the Gymnasium baselines")
-    parser.add_argument("--gym-max-envs", type=int, default=16384, help="largest num_envs for the Gymnasium SyncVectorEnv baseline")
+    parser.add_argument(
+        "--gym-max-envs", type=int, default=16384, help="largest num_envs for the Gymnasium SyncVectorEnv baseline"
+    )
     return parser
 
 
@@ -166,16 +175,29 @@ def run(args: argparse.Namespace) -> list[Measurement]:
     for name in args.envs:
         for num_envs in args.num_envs:
             measurements.append(measure_native(name, num_envs, args.device, args.seconds, args.repeats))
-            print(f"  {measurements[-1].env} {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s", flush=True)
+            print(
+                f"  {measurements[-1].env} {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s",
+                flush=True,
+            )
     if not args.no_gym:
         for num_envs in args.num_envs:
             if num_envs <= args.gym_max_envs:
                 measurements.append(measure_gymnasium_sync(num_envs, args.seconds, args.repeats))
-                print(f"  Gymnasium SyncVectorEnv {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s", flush=True)
+                print(
+                    f"  Gymnasium SyncVectorEnv {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s",
+                    flush=True,
+                )
             measurements.append(measure_gymnasium_numpy(num_envs, args.seconds, args.repeats))
-            print(f"  Gymnasium make_vec numpy {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s", flush=True)
+            print(
+                f"  Gymnasium make_vec numpy {num_envs}: {_format_rate(measurements[-1].steps_per_second)} steps/s",
+                flush=True,
+            )
 
-    device_name = torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else f"{os.cpu_count()} CPU cores"
+    device_name = (
+        torch.cuda.get_device_name(torch.device(args.device))
+        if args.device.startswith("cuda")
+        else f"{os.cpu_count()} CPU cores"
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"\nRandom-action steps/s, {device_name}, torch {torch.__version__}, {args.threads} torch thread(s), "

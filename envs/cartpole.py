@@ -11,6 +11,7 @@ default, so one transition agrees with Gymnasium's to float32 rounding. Long fre
 drift apart, as CartPole amplifies rounding differences; `precision="float64"` computes exactly
 as Gymnasium does (tests/test_envs_cartpole.py checks both) at about half the speed.
 """
+
 from __future__ import annotations
 
 import math
@@ -95,7 +96,9 @@ class CartPoleVecEnv(VecEnv):
 
     def set_state(self, state: Tensor | np.ndarray, episode_length: Tensor | np.ndarray | None = None) -> None:
         """Put every env in a given (N, 4) state (tests use it to compare with Gymnasium)."""
-        self.state = torch.as_tensor(state, dtype=self.state_dtype, device=self.device).reshape(self.num_envs, 4).clone()
+        self.state = (
+            torch.as_tensor(state, dtype=self.state_dtype, device=self.device).reshape(self.num_envs, 4).clone()
+        )
         if episode_length is not None:
             self.episode_length.copy_(torch.as_tensor(episode_length, dtype=torch.float32).reshape(self.num_envs))
 
@@ -197,8 +200,12 @@ def draw_cartpole(state: np.ndarray, width: int = 600, height: int = 400) -> np.
     axle_offset = cart_height / 4.0
     cart_x = state[0] * scale + width / 2.0
     cart_y = 100  # top of the cart, measured from the bottom (the surface is flipped below)
-    cart = [(left + cart_x, bottom + cart_y), (left + cart_x, top + cart_y),
-            (right + cart_x, top + cart_y), (right + cart_x, bottom + cart_y)]
+    cart = [
+        (left + cart_x, bottom + cart_y),
+        (left + cart_x, top + cart_y),
+        (right + cart_x, top + cart_y),
+        (right + cart_x, bottom + cart_y),
+    ]
     gfxdraw.aapolygon(surface, cart, (0, 0, 0))
     gfxdraw.filled_polygon(surface, cart, (0, 0, 0))
     left, right, top, bottom = -pole_width / 2, pole_width / 2, pole_length - pole_width / 2, -pole_width / 2

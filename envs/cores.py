@@ -1,6 +1,7 @@
 """The CPU cores a run may use, and how many pool workers `num_workers` means: one rule for the
 worker pool (envs/pool.py), the env registry's log line, the trainer's thread count and the
 benchmarks."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ def available_cores() -> int:
     return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
 
 
-def resolve_num_workers(num_workers: "int | str | None", num_envs: int) -> int:
+def resolve_num_workers(num_workers: int | str | None, num_envs: int) -> int:
     """`auto` -> the usable cores; never more workers than envs."""
     if num_workers is None or (isinstance(num_workers, str) and num_workers.strip().lower() == "auto"):
         count = available_cores()

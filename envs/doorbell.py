@@ -1,5 +1,6 @@
 """A wake-up between two processes that share memory, one `Doorbell` each way: the worker
 pool's learner and each of its workers (envs/pool.py)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The errors `envs` raises: every one is an `EnvError` (bad names and options are ValueErrors too)."""
+
 from __future__ import annotations
 
 

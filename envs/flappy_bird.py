@@ -22,6 +22,7 @@ Observation (default `obs="vector"`, 8 floats, roughly in [-1, 1]):
 Reward: `reward_alive` (+0.1) per step survived, `reward_pipe` (+10) per pipe passed and
 `reward_death` (-5) on the step the bird crashes. The episode is truncated after `max_steps`.
 """
+
 from __future__ import annotations
 
 import math
@@ -141,7 +142,9 @@ class FlappyBirdVecEnv(VecEnv):
             self.single_observation_space = gymnasium.spaces.Box(-2.0, 2.0, shape=(8,), dtype=np.float32)
         else:
             height, width = self.pixel_size
-            self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, shape=(frame_stack, height, width), dtype=np.float32)
+            self.single_observation_space = gymnasium.spaces.Box(
+                0.0, 1.0, shape=(frame_stack, height, width), dtype=np.float32
+            )
             # World coordinates of the centre of every observation pixel.
             self._pixel_rows = (torch.arange(height, device=dev) + 0.5) * (SCREEN_HEIGHT / height)
             self._pixel_cols = (torch.arange(width, device=dev) + 0.5) * (SCREEN_WIDTH / width)
@@ -334,12 +337,24 @@ class FlappyBirdVecEnv(VecEnv):
     def render(self, index: int = 0) -> np.ndarray:
         """A 512 x 288 RGB frame of env `index`: sky, pipes, ground, bird and score."""
         index = self._check_render_index(index)
-        values = torch.cat(
-            (
-                torch.stack((self.bird_y[index], self.bird_velocity[index], self.pipe_offset[index], self.score[index], self.episode_length[index])),
-                self.gap_tops[index],
+        values = (
+            torch.cat(
+                (
+                    torch.stack(
+                        (
+                            self.bird_y[index],
+                            self.bird_velocity[index],
+                            self.pipe_offset[index],
+                            self.score[index],
+                            self.episode_length[index],
+                        )
+                    ),
+                    self.gap_tops[index],
+                )
             )
-        ).cpu().numpy()
+            .cpu()
+            .numpy()
+        )
         bird_y, velocity, pipe_offset, score, steps = values[:5]
         gap_tops = values[5:]
         pipe_xs = pipe_offset + np.arange(self.num_pipes) * self.pipe_spacing

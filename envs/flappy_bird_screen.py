@@ -1,5 +1,6 @@
 """The classic Flappy Bird playfield, 288 x 512 px: its geometry (the screen, the ground, the bird
 and the pipes), which the batched game (envs/flappy_bird.py) plays on, and its drawing with pygame."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -81,7 +82,11 @@ def _draw_ground(pygame, surface, steps: int, speed: float) -> None:
     pygame.draw.line(surface, OUTLINE, (0, GROUND_Y), (SCREEN_WIDTH, GROUND_Y), 2)
     shift = int(steps * speed) % 24
     for x in range(-24 - shift, SCREEN_WIDTH + 24, 24):
-        pygame.draw.polygon(surface, (140, 200, 60), [(x, GROUND_Y + 2), (x + 12, GROUND_Y + 2), (x + 6, GROUND_Y + 10), (x - 6, GROUND_Y + 10)])
+        pygame.draw.polygon(
+            surface,
+            (140, 200, 60),
+            [(x, GROUND_Y + 2), (x + 12, GROUND_Y + 2), (x + 6, GROUND_Y + 10), (x - 6, GROUND_Y + 10)],
+        )
     pygame.draw.line(surface, GROUND_STRIPE, (0, GROUND_Y + 12), (SCREEN_WIDTH, GROUND_Y + 12), 2)
 
 

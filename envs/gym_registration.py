@@ -4,6 +4,7 @@ After `import envs`, `gymnasium.make("FlappyBird-v0", render_mode="rgb_array")` 
 `gymnasium.make("Snake-v0")` work like any Gymnasium env (and so with any RL library).
 `FlappyBirdPygame-v0` is registered too, as an alias some guides use.
 """
+
 from __future__ import annotations
 
 import gymnasium

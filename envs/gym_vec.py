@@ -2,7 +2,7 @@
 
 `GymVecEnv("Acrobot-v1", num_envs=8)` builds 8 copies with `gymnasium.make` (or, for an entry
 point `package.module:ClassName`, by calling the class), applies the user's wrappers to every
-copy, and steps them in this process (mode `sync`: the worker pool's own loop, envs/pool.py
+copy, and steps them in this process (mode `sync`: the worker pool's own loop, envs/pool_worker.py
 `LocalEnvs`), with Gymnasium's `AsyncVectorEnv` (`async`: one process per copy) or with our
 shared-memory `WorkerPool` (`pool`: `num_workers` processes sharing the copies; `async_pool`:
 the same, in two halves that step while the policy acts on the other). Observations, rewards and done flags come back as
@@ -12,12 +12,11 @@ envs, with `score` taken from the env's `info["score"]` when it reports one, els
 Every step crosses from tensors to numpy and back and each copy is a Python object stepped
 one at a time, so the pool is the fast path for a user's own game: its cost is the env's.
 """
+
 from __future__ import annotations
 
 import functools
-import importlib
-import re
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium
 import numpy as np
@@ -27,50 +26,12 @@ from torch import Tensor
 
 from envs.base import VecEnv
 from envs.cores import resolve_num_workers
-from envs.errors import EnvConfigError, EnvError, UnknownEnvError
+from envs.errors import EnvConfigError, EnvError
+from envs.gym_build import bad_kwarg_error, load_entry_point, make_single_env
 from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool
 from envs.pool_worker import LocalEnvs, episode_scores
 
 MODES = ("sync", "async", "pool", "async_pool")
-
-
-def _load(entry_point: str, what: str):
-    error_class = EnvConfigError if what == "wrapper" else UnknownEnvError
-    module_name, _, attribute = entry_point.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise error_class(f"{what} {entry_point!r}: cannot import module {module_name!r} ({error})") from error
-    try:
-        return getattr(module, attribute)
-    except AttributeError as error:
-        raise error_class(f"{what} {entry_point!r}: module {module_name!r} has no {attribute!r}") from error
-
-
-def make_single_env(env_id: "str | Callable[[], gymnasium.Env]", wrappers: tuple[str, ...], env_kwargs: dict,
-                    render_mode: str | None) -> gymnasium.Env:
-    """One copy of the env with the wrappers applied (module-level so async workers can pickle it)."""
-    import envs.gym_registration  # noqa: F401  (so FlappyBird-v0 / Snake-v0 exist in workers too)
-
-    kwargs = dict(env_kwargs)
-    if render_mode is not None:
-        kwargs["render_mode"] = render_mode
-    if callable(env_id):  # a factory () -> gymnasium.Env (the Python API): it picks its own render mode
-        env = env_id()
-    elif ":" in env_id and env_id not in gymnasium.registry:
-        env = _load(env_id, "environment entry point")(**kwargs)
-    else:
-        env = gymnasium.make(env_id, **kwargs)
-    for wrapper_entry_point in wrappers:
-        env = _load(wrapper_entry_point, "wrapper")(env)
-    return env
-
-
-def _bad_kwarg_error(env_id: str, error: TypeError) -> EnvConfigError:
-    match = re.search(r"unexpected keyword argument '([^']+)'", str(error))
-    if match:
-        return EnvConfigError(f"{env_id} does not take the option {match.group(1)!r} ({error})")
-    return EnvConfigError(f"{env_id} could not be built with the options given: {error}")
 
 
 class GymVecEnv(VecEnv):
@@ -88,7 +49,7 @@ class GymVecEnv(VecEnv):
 
     def __init__(
         self,
-        env_id: "str | Callable[[], gymnasium.Env]",
+        env_id: str | Callable[[], gymnasium.Env],
         num_envs: int,
         device: torch.device | str = "cpu",
         seed: int | None = None,
@@ -108,12 +69,12 @@ class GymVecEnv(VecEnv):
         for wrapper in wrappers:
             if ":" not in wrapper:
                 raise EnvConfigError(f"wrapper {wrapper!r} must be an entry point 'package.module:ClassName'")
-            _load(wrapper, "wrapper")  # fail here, clearly, rather than in a worker
+            load_entry_point(wrapper, "wrapper")  # fail here, clearly, rather than in a worker
 
         try:
             probe = make_single_env(env_id, wrappers, env_kwargs, render_mode=None)
         except TypeError as error:
-            raise _bad_kwarg_error(env_id, error) from error
+            raise bad_kwarg_error(env_id, error) from error
         except gymnasium.error.Error as error:
             raise EnvError(f"Gymnasium could not build {env_id!r}: {error}") from error
         try:
@@ -135,20 +96,30 @@ class GymVecEnv(VecEnv):
         self._groups = (slice(0, num_envs),)  # `step_groups`: async_pool steps two halves
         obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
         if mode == "sync":
-            self._pool = LocalEnvs(env_fn, num_envs, obs_shape, self.single_action_space.shape,
-                                   self.single_action_space.dtype)
+            self._pool = LocalEnvs(
+                env_fn, num_envs, obs_shape, self.single_action_space.shape, self.single_action_space.dtype
+            )
             self._group_received = [False]
             self._views = self._shared_views()
         elif mode == "async":
             self._vector_env = AsyncVectorEnv(
-                [env_fn] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP,
+                [env_fn] * num_envs,
+                autoreset_mode=AutoresetMode.SAME_STEP,
                 max_concurrency=None if num_workers is None else resolve_num_workers(num_workers, num_envs),
             )
         else:
             groups = 2 if mode == "async_pool" else 1
             workers = max(groups, resolve_num_workers(num_workers, num_envs))
-            self._pool = WorkerPool(env_fn, num_envs, workers, obs_shape, self.single_action_space.shape,
-                                    self.single_action_space.dtype, groups=groups, step_timeout=step_timeout)
+            self._pool = WorkerPool(
+                env_fn,
+                num_envs,
+                workers,
+                obs_shape,
+                self.single_action_space.shape,
+                self.single_action_space.dtype,
+                groups=groups,
+                step_timeout=step_timeout,
+            )
             if groups == 2:
                 self._groups = tuple(self._pool.group_envs)
             self._group_received = [False] * groups
@@ -156,11 +127,14 @@ class GymVecEnv(VecEnv):
             if groups == 2:  # each group's slices, made once
                 self._group_stats = [self._step_stats[:, envs].unbind(0) for envs in self._groups]
                 if self._views is not None:
-                    self._group_views = [{name: view[envs] for name, view in self._views.items()}
-                                         for envs in self._groups]
+                    self._group_views = [
+                        {name: view[envs] for name, view in self._views.items()} for envs in self._groups
+                    ]
         self.num_workers = num_envs if mode == "async" else self._pool.num_workers
         self._closed = False
-        self._running_return = np.zeros(num_envs, dtype=np.float64)  # Gymnasium's vectorisers (the pool's: in its workers)
+        self._running_return = np.zeros(
+            num_envs, dtype=np.float64
+        )  # Gymnasium's vectorisers (the pool's: in its workers)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
         self._last_obs = self.reset(self._seed)
 
@@ -172,7 +146,9 @@ class GymVecEnv(VecEnv):
             )
         elif isinstance(observation_space, gymnasium.spaces.Discrete):
             self._one_hot_obs = (int(observation_space.n), int(observation_space.start))
-            self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, shape=(int(observation_space.n),), dtype=np.float32)
+            self.single_observation_space = gymnasium.spaces.Box(
+                0.0, 1.0, shape=(int(observation_space.n),), dtype=np.float32
+            )
         else:
             raise EnvConfigError(
                 f"{self.name}: observation space {observation_space} is not supported; only Box and Discrete "
@@ -264,28 +240,47 @@ class GymVecEnv(VecEnv):
         if self.device.type != "cpu" or self._one_hot_obs is not None:
             return None
         shared = self._pool.shared
-        return {name: torch.from_numpy(getattr(shared, name))
-                for name in ("obs", "final_obs", "reward", "terminated", "truncated", "done", "score")}
+        return {
+            name: torch.from_numpy(getattr(shared, name))
+            for name in ("obs", "final_obs", "reward", "terminated", "truncated", "done", "score")
+        }
 
     def _pool_results(self, envs: slice) -> tuple:
         shared = self._pool.shared
-        return (shared.obs[envs], shared.final_obs[envs], shared.reward[envs], shared.terminated[envs],
-                shared.truncated[envs], shared.done[envs], shared.score[envs])
+        return (
+            shared.obs[envs],
+            shared.final_obs[envs],
+            shared.reward[envs],
+            shared.terminated[envs],
+            shared.truncated[envs],
+            shared.done[envs],
+            shared.score[envs],
+        )
 
     def _results(self, results: tuple) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor, dict], Tensor, Tensor]:
         """The step's (obs, reward, terminated, truncated, info) as new tensors on the device
         (copies: the pool's shared memory is rewritten by the next step), and the (score, done)
         the statistics read right away (views of it where they can be)."""
         obs, final_obs, reward, terminated, truncated, done, score = results
-        out = (self._obs_to_tensor(obs), self._tensor(reward, np.float32), self._tensor(terminated, np.bool_),
-               self._tensor(truncated, np.bool_), {"final_obs": self._obs_to_tensor(final_obs)})
+        out = (
+            self._obs_to_tensor(obs),
+            self._tensor(reward, np.float32),
+            self._tensor(terminated, np.bool_),
+            self._tensor(truncated, np.bool_),
+            {"final_obs": self._obs_to_tensor(final_obs)},
+        )
         return out, self._tensor(score, np.float32, copy=False), self._tensor(done, np.bool_, copy=False)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         if self._pool is not None and self._views is not None:
             obs, reward, terminated, truncated, info = self.step_views(actions)
-            return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), {
-                "final_obs": info["final_obs"].clone()}
+            return (
+                obs.clone(),
+                reward.clone(),
+                terminated.clone(),
+                truncated.clone(),
+                {"final_obs": info["final_obs"].clone()},
+            )
         actions = self._actions_to_numpy(actions)
         if self._pool is not None:
             self._pool.step(actions)
@@ -330,7 +325,13 @@ class GymVecEnv(VecEnv):
         obs, reward, terminated, truncated, info = self.recv_views(group)
         if self._views is None:
             return obs, reward, terminated, truncated, info  # already copies
-        return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), {"final_obs": info["final_obs"].clone()}
+        return (
+            obs.clone(),
+            reward.clone(),
+            terminated.clone(),
+            truncated.clone(),
+            {"final_obs": info["final_obs"].clone()},
+        )
 
     def recv_views(self, group: int) -> tuple[Tensor, Tensor, Tensor, Tensor, dict]:
         """`recv`, but the tensors may be views of the shared memory, valid until the group is
@@ -341,8 +342,13 @@ class GymVecEnv(VecEnv):
         envs = self._groups[group]
         if self._views is not None:
             views = self._group_views[group]
-            out = (views["obs"], views["reward"], views["terminated"], views["truncated"],
-                   {"final_obs": views["final_obs"]})
+            out = (
+                views["obs"],
+                views["reward"],
+                views["terminated"],
+                views["truncated"],
+                {"final_obs": views["final_obs"]},
+            )
             score, done = views["score"], views["done"]
         else:
             out, score, done = self._results(self._pool_results(envs))

@@ -1,4 +1,5 @@
 """The one "Did you mean ...?" rule: env names, env options, config keys and choices."""
+
 from __future__ import annotations
 
 import difflib

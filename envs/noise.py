@@ -1,4 +1,5 @@
 """Cheap uniform random numbers for the games' resets and spawns."""
+
 from __future__ import annotations
 
 import torch
@@ -29,7 +30,7 @@ class UniformNoise:
         """(num_fields, N) int64 random integers in [0, 2**15) from a fresh 64-bit draw per env
         (field / 2**15 is what `draw` returns for [0, 1)). Scratch that the next draw rewrites."""
         self._bits.random_(generator=self.generator)
-        fields = self._fields[:num_fields]
+        fields = self._fields if num_fields == 4 else self._fields[:num_fields]
         torch.bitwise_right_shift(self._bits, self._shifts[:num_fields], out=fields)
         return fields.bitwise_and_(self._field_mask)
 

@@ -1,5 +1,6 @@
 """Checks of the options a game takes (and of its device): a clear EnvConfigError / EnvError naming
 the option, shared by the games so that every one words them alike."""
+
 from __future__ import annotations
 
 import math

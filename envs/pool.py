@@ -25,6 +25,7 @@ PR_SET_PDEATHSIG).
 Seeding: `reset(seed)` seeds env i with `seed + i`, as Gymnasium's vector envs do, so the
 trajectories depend on the seed only, not on how many workers share the envs.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -33,7 +34,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import cloudpickle
 import numpy as np
@@ -57,7 +58,6 @@ def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
     return [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-
 def _pickled_env_fn(env_fn: Callable) -> bytes:
     """`env_fn` as the workers receive it (cloudpickle: lambdas and closures travel by value),
     or an error that says what to change."""
@@ -68,7 +68,8 @@ def _pickled_env_fn(env_fn: Callable) -> bytes:
             f"the env factory cannot be sent to the pool's worker processes: it could not be pickled "
             f"({type(error).__name__}: {error}). Make it a function (or functools.partial) whose arguments "
             f"pickle, creating what it needs (files, locks, sockets, windows) inside it, or step the envs in "
-            f"this process (num_workers: 1 or vector_env: sync)") from error
+            f"this process (num_workers: 1 or vector_env: sync)"
+        ) from error
 
 
 class WorkerPool:
@@ -79,9 +80,18 @@ class WorkerPool:
     groups: 1 (every step waits for all workers) or 2 (`send` / `recv` per half, for overlap).
     """
 
-    def __init__(self, env_fn: Callable, num_envs: int, num_workers: int, obs_shape: tuple,
-                 action_shape: tuple, action_dtype: np.dtype, groups: int = 1,
-                 step_timeout: float = DEFAULT_STEP_TIMEOUT_S, context: str | None = None):
+    def __init__(
+        self,
+        env_fn: Callable,
+        num_envs: int,
+        num_workers: int,
+        obs_shape: tuple,
+        action_shape: tuple,
+        action_dtype: np.dtype,
+        groups: int = 1,
+        step_timeout: float = DEFAULT_STEP_TIMEOUT_S,
+        context: str | None = None,
+    ):
         if groups not in (1, 2):
             raise EnvConfigError(f"a worker pool steps its envs in 1 or 2 groups, got {groups!r}")
         num_workers = max(groups, min(num_workers, num_envs))
@@ -108,8 +118,9 @@ class WorkerPool:
         # worker needs slows the very step it waits for (measured under PPO, 2 workers on 2 cores, 64 envs:
         # a step took 1.2 ms instead of 0.9).
         learner_spin = SPIN_S if num_workers < available_cores() else 0.0
-        self._go, self._done = zip(*(self.shared.doorbells(w, *pair, learner_spin=learner_spin)
-                                     for w, pair in enumerate(semaphores)))
+        self._go, self._done = zip(
+            *(self.shared.doorbells(w, *pair, learner_spin=learner_spin) for w, pair in enumerate(semaphores))
+        )
         self._commands = [1] * num_workers  # commands sent to each worker; building its envs is the first
         self._errors, self._fault_paths = [], []
         pdeathsig = threading.current_thread() is threading.main_thread()
@@ -118,9 +129,22 @@ class WorkerPool:
             handle, fault_path = tempfile.mkstemp(prefix=f"rlstudio-pool-worker{index}-", suffix=".txt")
             os.close(handle)
             process = ctx.Process(
-                target=worker_main, name=f"rlstudio-pool-worker-{index}", daemon=True,
-                args=(index, lo, hi, payload, spec_args, self.shared.raw, *semaphores[index],
-                      send, fault_path, os.getpid(), pdeathsig),
+                target=worker_main,
+                name=f"rlstudio-pool-worker-{index}",
+                daemon=True,
+                args=(
+                    index,
+                    lo,
+                    hi,
+                    payload,
+                    spec_args,
+                    self.shared.raw,
+                    *semaphores[index],
+                    send,
+                    fault_path,
+                    os.getpid(),
+                    pdeathsig,
+                ),
             )
             process.start()
             send.close()
@@ -219,8 +243,10 @@ class WorkerPool:
         except OSError:
             pass
         dump = self._fault_dump(worker)
-        return (f"no answer within step_timeout={self.step_timeout:g} s (the env's code hangs, or is slower "
-                f"than that: raise step_timeout).{' Where it was:' + chr(10) + dump if dump else ''}")
+        return (
+            f"no answer within step_timeout={self.step_timeout:g} s (the env's code hangs, or is slower "
+            f"than that: raise step_timeout).{' Where it was:' + chr(10) + dump if dump else ''}"
+        )
 
     def _fail(self, worker: int, what: str, detail: str) -> None:
         lo, hi = self.slices[worker]

@@ -2,6 +2,7 @@
 each worker process runs (`worker_main`), the stepping of a slice of envs into the arrays
 (`EnvSlice`, also used in the trainer's own process by `LocalEnvs`, mode `sync`), and the one
 rule for an episode's score (`episode_scores`)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import cloudpickle
 import numpy as np
@@ -28,8 +29,15 @@ OK, FAILED = 0, 1
 class Shared:
     """The numpy views of the pool's shared arrays (created by the learner, inherited by workers)."""
 
-    def __init__(self, num_envs: int, obs_shape: tuple, action_shape: tuple, action_dtype: np.dtype,
-                 num_workers: int, raw: dict | None = None):
+    def __init__(
+        self,
+        num_envs: int,
+        obs_shape: tuple,
+        action_shape: tuple,
+        action_dtype: np.dtype,
+        num_workers: int,
+        raw: dict | None = None,
+    ):
         self.specs = {
             "obs": ((num_envs, *obs_shape), np.float32),
             "final_obs": ((num_envs, *obs_shape), np.float32),
@@ -39,9 +47,9 @@ class Shared:
             "reward": ((num_envs,), np.float32),
             "terminated": ((num_envs,), np.bool_),
             "truncated": ((num_envs,), np.bool_),
-            "done": ((num_envs,), np.float32),     # terminated | truncated, as 0.0 / 1.0 (the statistics multiply by it)
+            "done": ((num_envs,), np.float32),  # terminated | truncated, as 0.0 / 1.0 (the statistics multiply by it)
             "score": ((num_envs,), np.float32),
-            "seeds": ((num_envs,), np.int64),        # -1: reset without a seed
+            "seeds": ((num_envs,), np.int64),  # -1: reset without a seed
             "command": ((num_workers,), np.int32),
             # `Doorbell`s: learner -> worker (a command is waiting) and worker -> learner (done)
             "go_count": ((num_workers,), np.int64),
@@ -49,30 +57,38 @@ class Shared:
             "done_count": ((num_workers,), np.int64),
             "done_sleeping": ((num_workers,), np.int32),
             "status": ((num_workers,), np.int32),
-            "arg": ((num_workers,), np.int64),       # the env index of a render command
+            "arg": ((num_workers,), np.int64),  # the env index of a render command
         }
         if raw == {}:  # one process (LocalEnvs): plain arrays
             for name, (shape, dtype) in self.specs.items():
                 setattr(self, name, np.zeros(shape, dtype=dtype))
             self.raw = raw
             return
-        self.raw = raw if raw is not None else {
-            name: multiprocessing.RawArray(ctypes.c_byte, max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize))
-            for name, (shape, dtype) in self.specs.items()
-        }
+        self.raw = (
+            raw
+            if raw is not None
+            else {
+                name: multiprocessing.RawArray(ctypes.c_byte, max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize))
+                for name, (shape, dtype) in self.specs.items()
+            }
+        )
         for name, (shape, dtype) in self.specs.items():
             count = int(np.prod(shape))
             setattr(self, name, np.frombuffer(self.raw[name], dtype=dtype, count=count).reshape(shape))
 
-    def doorbells(self, worker: int, go_semaphore, done_semaphore,
-                  learner_spin: float = SPIN_S) -> tuple[Doorbell, Doorbell]:
+    def doorbells(
+        self, worker: int, go_semaphore, done_semaphore, learner_spin: float = SPIN_S
+    ) -> tuple[Doorbell, Doorbell]:
         """Worker `worker`'s two doorbells: (go: learner -> worker, done: worker -> learner)."""
-        return (Doorbell(self.go_count, self.go_sleeping, worker, go_semaphore),
-                Doorbell(self.done_count, self.done_sleeping, worker, done_semaphore, spin=learner_spin))
+        return (
+            Doorbell(self.go_count, self.go_sleeping, worker, go_semaphore),
+            Doorbell(self.done_count, self.done_sleeping, worker, done_semaphore, spin=learner_spin),
+        )
 
 
-def episode_scores(running: np.ndarray, reward: np.ndarray, done: np.ndarray, env_score: np.ndarray,
-                   has_score: np.ndarray) -> np.ndarray:
+def episode_scores(
+    running: np.ndarray, reward: np.ndarray, done: np.ndarray, env_score: np.ndarray, has_score: np.ndarray
+) -> np.ndarray:
     """Each env's score after a step: the game's own `info["score"]` where the env reported one,
     else the return of the episode so far. `running` (float64, one per env) holds those returns:
     this step's reward is added, and finished episodes restart from 0. The one rule for every
@@ -101,8 +117,20 @@ def _die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
     threading.Thread(target=watch, name="pool-watchdog", daemon=True).start()
 
 
-def worker_main(index: int, lo: int, hi: int, payload: bytes, spec_args: tuple, raw: dict, go_semaphore,
-                 done_semaphore, error_conn, fault_path: str, parent_pid: int, pdeathsig: bool) -> None:
+def worker_main(
+    index: int,
+    lo: int,
+    hi: int,
+    payload: bytes,
+    spec_args: tuple,
+    raw: dict,
+    go_semaphore,
+    done_semaphore,
+    error_conn,
+    fault_path: str,
+    parent_pid: int,
+    pdeathsig: bool,
+) -> None:
     _die_with_parent(parent_pid, pdeathsig)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the learner's to handle; it closes us
     fault_file = open(fault_path, "w")
@@ -152,7 +180,7 @@ class EnvSlice:
     the work of one pool worker, or of the whole batch in the trainer's process (`LocalEnvs`).
     A finished env is reset at once, keeping the observation it ended on in `final_obs`."""
 
-    def __init__(self, envs: list, lo: int, hi: int, shared: "Shared"):
+    def __init__(self, envs: list, lo: int, hi: int, shared: Shared):
         self.envs, self.lo, self.hi, self.shared = envs, lo, hi, shared
         count = hi - lo
         # This slice's per-step results, filled env by env, then stored in one go.
@@ -211,11 +239,9 @@ class LocalEnvs:
     num_workers = 1
     pids: list[int] = []
 
-    def __init__(self, env_fn: Callable, num_envs: int, obs_shape: tuple, action_shape: tuple,
-                 action_dtype: np.dtype):
+    def __init__(self, env_fn: Callable, num_envs: int, obs_shape: tuple, action_shape: tuple, action_dtype: np.dtype):
         self.num_envs = num_envs
-        self.shared = Shared(num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), 1,
-                              raw={})
+        self.shared = Shared(num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), 1, raw={})
         self._slice = EnvSlice([env_fn() for _ in range(num_envs)], 0, num_envs, self.shared)
 
     def reset(self, seed: int | None = None) -> np.ndarray:

@@ -6,6 +6,7 @@ case-insensitive. Anything else is a Gymnasium id (`Acrobot-v1`) or an entry poi
 (`package.module:ClassName`) and runs through Gymnasium's own vector envs (`envs/gym_vec.py`).
 The prefix `gym:` forces that adapter even for a built-in (`gym:CartPole-v1`).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,11 +28,7 @@ _NATIVE_ENVS: dict[str, str] = {
 }
 
 # The Gymnasium id of each built-in, for the adapter (`gym:` prefix, wrappers, vector_env).
-_GYMNASIUM_IDS: dict[str, str] = {
-    "cartpole": "CartPole-v1",
-    "flappy_bird": "FlappyBird-v0",
-    "snake": "Snake-v0",
-}
+_GYMNASIUM_IDS: dict[str, str] = {"cartpole": "CartPole-v1", "flappy_bird": "FlappyBird-v0", "snake": "Snake-v0"}
 
 # lower-case alias -> canonical name
 _ALIASES: dict[str, str] = {
@@ -94,7 +91,7 @@ def resolve_env_name(name: str) -> str:
     if name.lower() in _ALIASES:
         return _ALIASES[name.lower()]
     if name.startswith(GYM_PREFIX):
-        inner = name[len(GYM_PREFIX):].strip()
+        inner = name[len(GYM_PREFIX) :].strip()
         if not inner:
             raise UnknownEnvError("'gym:' must be followed by a Gymnasium id, e.g. 'gym:CartPole-v1'")
         if inner.lower() not in _ALIASES and not _is_entry_point(inner) and inner not in _gymnasium_ids():
@@ -125,7 +122,7 @@ def score_unit(name: str) -> str | None:
         resolved = resolve_env_name(name)
     except UnknownEnvError:
         return None
-    inner = resolved[len(GYM_PREFIX):] if resolved.startswith(GYM_PREFIX) else resolved
+    inner = resolved[len(GYM_PREFIX) :] if resolved.startswith(GYM_PREFIX) else resolved
     canonical = _ALIASES.get(inner.lower())
     if canonical is None:
         return None
@@ -153,25 +150,29 @@ def _check_env_kwargs(env_class: type, env_kwargs: dict, env_name: str) -> None:
 VECTOR_ENV_MODES = ("sync", "async", "pool", "async_pool")
 
 
-def choose_vectorization(vector_env: bool | str | None, num_workers: int | str | None,
-                         num_envs: int) -> tuple[str, str]:
+def choose_vectorization(
+    vector_env: bool | str | None, num_workers: int | str | None, num_envs: int
+) -> tuple[str, str]:
     """(mode, why) for a Gymnasium env: the pool whenever worker processes are asked for."""
     from envs.cores import available_cores, resolve_num_workers
 
     if isinstance(vector_env, str):
         mode = vector_env.strip().lower()
         if mode not in VECTOR_ENV_MODES:
-            raise EnvConfigError(f"vector_env must be one of {', '.join(VECTOR_ENV_MODES)}, true, false or null, "
-                                 f"got {vector_env!r}")
+            raise EnvConfigError(
+                f"vector_env must be one of {', '.join(VECTOR_ENV_MODES)}, true, false or null, got {vector_env!r}"
+            )
         return mode, f"vector_env: {mode} asked for"
     if vector_env is False:
         return "sync", "vector_env: false"
     workers = resolve_num_workers(num_workers, num_envs) if (num_workers is not None or vector_env) else 1
     if workers > 1:
-        source = (f"num_workers: {num_workers}" if num_workers not in (None, "auto")
-                  else f"num_workers: auto = {available_cores()} usable CPU cores")
-        return "pool", (f"{source} -> the shared-memory worker pool, {workers} processes sharing the "
-                        f"{num_envs} envs")
+        source = (
+            f"num_workers: {num_workers}"
+            if num_workers not in (None, "auto")
+            else f"num_workers: auto = {available_cores()} usable CPU cores"
+        )
+        return "pool", (f"{source} -> the shared-memory worker pool, {workers} processes sharing the {num_envs} envs")
     if vector_env:
         return "sync", "vector_env: true, but only 1 worker (1 usable core or 1 env): stepped in this process"
     return "sync", "no num_workers > 1: stepped in this process"
@@ -205,14 +206,20 @@ def make_vec_env(
     env_kwargs: the environment's own options (e.g. `gap_size=120` for flappy_bird); an
         unknown key raises EnvConfigError naming it.
     """
-    if num_workers is not None and num_workers != "auto" and (
-            isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1):
+    if (
+        num_workers is not None
+        and num_workers != "auto"
+        and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1)
+    ):
         raise EnvConfigError(f"num_workers must be a positive integer, 'auto' or None, got {num_workers!r}")
-    if wrappers is not None and (not isinstance(wrappers, (list, tuple)) or not all(isinstance(w, str) for w in wrappers)):
+    if wrappers is not None and (
+        not isinstance(wrappers, (list, tuple)) or not all(isinstance(w, str) for w in wrappers)
+    ):
         raise EnvConfigError(f"wrappers must be a list of entry points 'package.module:Class', got {wrappers!r}")
     if vector_env is not None and not isinstance(vector_env, (bool, str)):
-        raise EnvConfigError(f"vector_env must be one of {', '.join(VECTOR_ENV_MODES)}, true, false or null, "
-                             f"got {vector_env!r}")
+        raise EnvConfigError(
+            f"vector_env must be one of {', '.join(VECTOR_ENV_MODES)}, true, false or null, got {vector_env!r}"
+        )
     resolved = resolve_env_name(name)
     use_adapter = (
         resolved.startswith(GYM_PREFIX)
@@ -226,24 +233,40 @@ def make_vec_env(
         _check_env_kwargs(env_class, env_kwargs, resolved)
         return env_class(num_envs=num_envs, device=device, seed=seed, **env_kwargs)
 
-    gym_id = resolved[len(GYM_PREFIX):] if resolved.startswith(GYM_PREFIX) else resolved
+    gym_id = resolved[len(GYM_PREFIX) :] if resolved.startswith(GYM_PREFIX) else resolved
     if gym_id.lower() in _ALIASES:
         canonical = _ALIASES[gym_id.lower()]
         gym_id = _GYMNASIUM_IDS[canonical]
-    return make_gymnasium_vec_env(gym_id, num_envs, device, seed, vector_env, num_workers,
-                                  wrappers=list(wrappers or []), env_kwargs=env_kwargs)
+    return make_gymnasium_vec_env(
+        gym_id, num_envs, device, seed, vector_env, num_workers, wrappers=list(wrappers or []), env_kwargs=env_kwargs
+    )
 
 
-def make_gymnasium_vec_env(env_id, num_envs: int, device: torch.device | str = "cpu", seed: int | None = None,
-                           vector_env: bool | str | None = None, num_workers: int | str | None = None,
-                           wrappers: list[str] | None = None, env_kwargs: dict | None = None) -> VecEnv:
+def make_gymnasium_vec_env(
+    env_id,
+    num_envs: int,
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    vector_env: bool | str | None = None,
+    num_workers: int | str | None = None,
+    wrappers: list[str] | None = None,
+    env_kwargs: dict | None = None,
+) -> VecEnv:
     """A Gymnasium id, entry point or env factory (a callable returning a `gymnasium.Env`, as
     the Python API takes) through the adapter, vectorised as `choose_vectorization` says; the
     env's `vectorization` attribute says which mode and why (for the log)."""
     from envs.gym_vec import GymVecEnv
 
     mode, why = choose_vectorization(vector_env, num_workers, num_envs)
-    env = GymVecEnv(env_id, num_envs=num_envs, device=device, seed=seed, mode=mode, num_workers=num_workers,
-                    wrappers=list(wrappers or []), env_kwargs=env_kwargs or {})
+    env = GymVecEnv(
+        env_id,
+        num_envs=num_envs,
+        device=device,
+        seed=seed,
+        mode=mode,
+        num_workers=num_workers,
+        wrappers=list(wrappers or []),
+        env_kwargs=env_kwargs or {},
+    )
     env.vectorization = f"{env.name}: vectorisation {mode} ({why})"
     return env

@@ -1,4 +1,5 @@
 """Small pygame helpers shared by the renderers: headless setup and surface -> RGB array."""
+
 from __future__ import annotations
 
 import os

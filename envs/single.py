@@ -5,12 +5,12 @@ observations, so the games work with any RL library. `render_mode="rgb_array"` r
 `render_mode="human"` shows them in a pygame window at the game's speed. `info["score"]` is
 the game score (pipes passed, food eaten).
 """
+
 from __future__ import annotations
 
+import gymnasium
 import numpy as np
 import torch
-
-import gymnasium
 
 from envs.base import VecEnv
 from envs.rendering import import_pygame

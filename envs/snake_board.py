@@ -5,6 +5,7 @@ Every env's board is one row of a (N, cells) tensor: the playing field with 2 ro
 and below and 1 column left and right, and one scratch cell. Each cell holds the clock time until
 which the body stays on it (envs/snake.py says how the clock works).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -119,10 +120,16 @@ class SnakeBoard:
         self._code_of = torch.as_tensor(code_of, device=dev)
         self._delta_codes = (2 * height - 1) * (2 * width - 1)
         self._zero_delta_code = (height - 1) * (2 * width - 1) + width - 1
-        row_delta = torch.arange(-(height - 1), height, device=dev, dtype=torch.float32).repeat_interleave(2 * width - 1)
+        row_delta = torch.arange(-(height - 1), height, device=dev, dtype=torch.float32).repeat_interleave(
+            2 * width - 1
+        )
         column_delta = torch.arange(-(width - 1), width, device=dev, dtype=torch.float32).repeat(2 * height - 1)
-        food_part = torch.stack((row_delta < 0, column_delta > 0, row_delta > 0, column_delta < 0), dim=1).to(torch.float32)
-        food_part = torch.cat((food_part, torch.div(column_delta, width).unsqueeze(1), torch.div(row_delta, height).unsqueeze(1)), dim=1)
+        food_part = torch.stack((row_delta < 0, column_delta > 0, row_delta > 0, column_delta < 0), dim=1).to(
+            torch.float32
+        )
+        food_part = torch.cat(
+            (food_part, torch.div(column_delta, width).unsqueeze(1), torch.div(row_delta, height).unsqueeze(1)), dim=1
+        )
         # (danger, heading) rows and food rows: 18 columns each, zero outside their features.
         danger_heading = torch.zeros(64, 4, VECTOR_OBS_SIZE, device=dev)
         danger_heading[:, :, 0:6] = danger_part.unsqueeze(1)

@@ -1,4 +1,5 @@
 """Snake drawn with pygame: a frame from a body, a food cell, a heading and a score."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,14 +46,24 @@ def draw_snake(body, food_cell, heading: int, score: int, height: int, width: in
     for segment, (row, column) in enumerate(body):
         colour = SNAKE_HEAD if segment == 0 else SNAKE_BLUE
         x, y = centre(row, column)
-        pygame.draw.rect(surface, colour, (x - thickness // 2, y - thickness // 2, thickness, thickness), border_radius=thickness // 3)
+        pygame.draw.rect(
+            surface,
+            colour,
+            (x - thickness // 2, y - thickness // 2, thickness, thickness),
+            border_radius=thickness // 3,
+        )
         if segment + 1 < len(body):  # fill the gap to the next segment
             next_x, next_y = centre(*body[segment + 1])
             left, top = min(x, next_x) - thickness // 2, min(y, next_y) - thickness // 2
             pygame.draw.rect(surface, SNAKE_BLUE, (left, top, abs(next_x - x) + thickness, abs(next_y - y) + thickness))
     if body:
         x, y = centre(*body[0])
-        pygame.draw.rect(surface, SNAKE_HEAD, (x - thickness // 2, y - thickness // 2, thickness, thickness), border_radius=thickness // 3)
+        pygame.draw.rect(
+            surface,
+            SNAKE_HEAD,
+            (x - thickness // 2, y - thickness // 2, thickness, thickness),
+            border_radius=thickness // 3,
+        )
         forward = (COLUMN_STEP[heading], ROW_STEP[heading])
         side = (-forward[1], forward[0])
         eye_radius = max(2, cell // 8)

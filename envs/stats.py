@@ -4,6 +4,7 @@
 episodes that finished, all on the device, so that stepping never waits for the host. The
 trainer calls `drain()` once per update: one host sync, one `EpisodeSummary`.
 """
+
 from __future__ import annotations
 
 import math

@@ -20,15 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from studio.snapshot import (  # noqa: F401 - RESUMABLE_STATUSES re-exported: the studio's names for a run
-    ACTIVE_STATUSES,
-    RESUMABLE_STATUSES,
-    GifInfo,
-    RunSnapshot,
-    as_bool,
-    as_float,
-    as_int,
-)
+from studio.snapshot import ACTIVE_STATUSES, RESUMABLE_STATUSES, GifInfo, RunSnapshot, as_bool, as_float, as_int  # noqa: F401 - RESUMABLE_STATUSES re-exported: the studio's names for a run
 from trainer.run.layout import NOTES_FILE, events_path, find_final_model, latest_checkpoint_path, read_config
 from trainer.run.notes import RunNotes, read_run_notes
 from trainer.run.status import run_status

@@ -26,14 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from studio.history import (  # noqa: F401 - re-exported: the studio's names for a run
-    ACTIVE_STATUSES,
-    RESUMABLE_STATUSES,
-    GifInfo,
-    RunFollower,
-    RunSnapshot,
-    RunState,
-)
+from studio.history import ACTIVE_STATUSES, RESUMABLE_STATUSES, GifInfo, RunFollower, RunSnapshot, RunState  # noqa: F401 - re-exported: the studio's names for a run
 from studio.run_paths import (  # noqa: F401 - re-exported: what the studio imports about runs
     RUN_ID_PATTERN,
     RunError,

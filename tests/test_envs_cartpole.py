@@ -1,4 +1,5 @@
 """Batched CartPole against Gymnasium's CartPole-v1: same physics, rewards, episode ends."""
+
 import math
 
 import gymnasium

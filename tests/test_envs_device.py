@@ -1,4 +1,5 @@
 """The native envs on the test device (CPU by default; RL_STUDIO_TEST_DEVICE=cuda on a GPU)."""
+
 import pytest
 import torch
 
@@ -29,7 +30,16 @@ def test_games_run_on_the_device_and_are_reproducible(name, test_device):
     assert summary.count > 0 and summary.length_mean > 0
 
 
-@pytest.mark.parametrize("name, kwargs", [("cartpole", {}), ("flappy_bird", {}), ("flappy_bird", {"obs": "pixels"}), ("snake", {}), ("snake", {"obs": "grid"})])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("cartpole", {}),
+        ("flappy_bird", {}),
+        ("flappy_bird", {"obs": "pixels"}),
+        ("snake", {}),
+        ("snake", {"obs": "grid"}),
+    ],
+)
 def test_step_never_syncs_with_the_host(name, kwargs, test_device):
     """No .item()/.any()/boolean indexing in step: on CUDA any host sync raises here."""
     if not test_device.startswith("cuda"):

@@ -1,4 +1,5 @@
 """Flappy Bird: physics, pipes and score, rewards, truncation, observations, rendering."""
+
 import numpy as np
 import pytest
 import torch

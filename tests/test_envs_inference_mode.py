@@ -2,18 +2,27 @@
 keep working outside it afterwards: reset, statistics, checkpoint capture and restore, and
 plain stepping. (An attribute that became an inference tensor inside the rollout and is then
 updated in place outside would raise here.)"""
+
 import pytest
 import torch
 
 from envs.registry import make_vec_env
 from trainer.run.checkpoint import capture_env_state, restore_env_state
 
-ENVS = [("cartpole", {}), ("cartpole", {"precision": "float64"}), ("flappy_bird", {}),
-        ("flappy_bird", {"obs": "pixels"}), ("snake", {}), ("snake", {"obs": "grid"}),
-        ("gym:CartPole-v1", {})]
+ENVS = [
+    ("cartpole", {}),
+    ("cartpole", {"precision": "float64"}),
+    ("flappy_bird", {}),
+    ("flappy_bird", {"obs": "pixels"}),
+    ("snake", {}),
+    ("snake", {"obs": "grid"}),
+    ("gym:CartPole-v1", {}),
+]
 
 
-@pytest.mark.parametrize("name, kwargs", ENVS, ids=[f"{n}-{'-'.join(map(str, k.values())) or 'default'}" for n, k in ENVS])
+@pytest.mark.parametrize(
+    "name, kwargs", ENVS, ids=[f"{n}-{'-'.join(map(str, k.values())) or 'default'}" for n, k in ENVS]
+)
 def test_an_env_stepped_in_inference_mode_works_outside_it(name, kwargs, test_device):
     device = "cpu" if name.startswith("gym:") else test_device
     env = make_vec_env(name, 6, device=device, seed=0, **kwargs)

@@ -1,4 +1,5 @@
 """`python -m envs play`: the games respond to keys (driven headless with posted key events)."""
+
 import os
 import subprocess
 import sys
@@ -60,12 +61,21 @@ def test_play_command_runs_headless():
     environment = dict(os.environ, SDL_VIDEODRIVER="dummy", SDL_AUDIODRIVER="dummy")
     result = subprocess.run(
         [sys.executable, "-m", "envs", "play", "snake", "--max-frames", "20", "--fps", "0"],
-        cwd=REPO, env=environment, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "snake: 20 frames" in result.stdout
     assert "arrow keys" in result.stdout and "esc" in result.stdout  # the keys are said before play
     result = subprocess.run(
-        [sys.executable, "-m", "envs", "play", "cartpole"], cwd=REPO, env=environment, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "envs", "play", "cartpole"],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0 and "flappy_bird, snake" in result.stderr

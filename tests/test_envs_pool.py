@@ -3,6 +3,7 @@
 vector envs on the same seeds, auto-reset and final observations, faults (an exception, a
 segfault, a hang, the trainer killed) and seeding across worker counts; and how make_vec_env /
 the config choose it."""
+
 from __future__ import annotations
 
 import ctypes
@@ -101,8 +102,9 @@ def test_pool_steps_exactly_like_gymnasiums_sync_vector_env():
     by hand on the same seeds and actions: observations, rewards, end flags and, where an
     episode ended, the observation it ended on (Gymnasium's info["final_obs"])."""
     actions = random_actions(300, 8, seed=4)
-    theirs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 8,
-                                            autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+    theirs = gymnasium.vector.SyncVectorEnv(
+        [lambda: gymnasium.make("CartPole-v1")] * 8, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP
+    )
     ours = GymVecEnv("CartPole-v1", 8, seed=11, mode="pool", num_workers=3)
     their_obs, _ = theirs.reset(seed=11)
     assert np.array_equal(ours.reset(11).numpy(), their_obs)
@@ -169,7 +171,7 @@ def test_auto_reset_keeps_the_final_observation_and_the_env_score():
         obs, reward, terminated, truncated, info = env.step(torch.zeros(4, dtype=torch.int64))
     assert terminated.all() and not truncated.any()
     assert info["final_obs"][:, 0].tolist() == [3.0] * 4  # the episode's last observation
-    assert obs[:, 0].tolist() == [0.0] * 4                  # the new episode's first
+    assert obs[:, 0].tolist() == [0.0] * 4  # the new episode's first
     summary = env.stats.drain()
     assert summary.count == 4 and summary.length_mean == 3 and summary.return_mean == 3
     assert summary.score_mean == 7  # info["score"] of the last step, as the env reported it
@@ -208,14 +210,26 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("how, expected", [
-    ("raise", r"pool worker 1 \(envs 2\.\.3\) failed during step: the env raised:(.|\n)*ZeroDivisionError: "
-              r"the user's step divided by zero"),
-    ("segfault", r"pool worker 1 \(envs 2\.\.3\) failed during step: the worker process died \(signal SIGSEGV\)"
-                 r"(.|\n)*user_code_misbehaves"),
-    ("hang", r"pool worker 1 \(envs 2\.\.3\) failed during step: no answer within step_timeout=1 s"
-             r"(.|\n)*user_code_misbehaves"),
-])
+@pytest.mark.parametrize(
+    "how, expected",
+    [
+        (
+            "raise",
+            r"pool worker 1 \(envs 2\.\.3\) failed during step: the env raised:(.|\n)*ZeroDivisionError: "
+            r"the user's step divided by zero",
+        ),
+        (
+            "segfault",
+            r"pool worker 1 \(envs 2\.\.3\) failed during step: the worker process died \(signal SIGSEGV\)"
+            r"(.|\n)*user_code_misbehaves",
+        ),
+        (
+            "hang",
+            r"pool worker 1 \(envs 2\.\.3\) failed during step: no answer within step_timeout=1 s"
+            r"(.|\n)*user_code_misbehaves",
+        ),
+    ],
+)
 def test_a_failing_worker_ends_the_run_with_its_traceback(how, expected):
     def factory():
         return FaultyEnv(how)
@@ -232,15 +246,22 @@ def test_a_failing_worker_ends_the_run_with_its_traceback(how, expected):
 
 def test_pool_workers_die_with_a_killed_trainer(tmp_path):
     script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys, time
         from envs.gym_vec import GymVecEnv
         env = GymVecEnv("CartPole-v1", 4, seed=0, mode="pool", num_workers=2)
         print(*env._pool.pids, flush=True)
         time.sleep(600)
-    """))
-    trainer = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    """)
+    )
+    trainer = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     pids = [int(pid) for pid in trainer.stdout.readline().split()]
     assert len(pids) == 2
     os.kill(trainer.pid, signal.SIGKILL)
@@ -298,8 +319,19 @@ def test_async_pool_learns_cartpole_exactly_as_the_sync_pool(one_torch_thread):
 
     results = {}
     for mode in ("pool", "async_pool"):
-        model = PPO("gym:CartPole-v1", num_envs=16, vector_env=mode, num_workers=2, seed=3, device="cpu",
-                    num_steps=64, mini_batch_size=128, update_epochs=2, learning_rate=2e-3, gae_lambda=0.9)
+        model = PPO(
+            "gym:CartPole-v1",
+            num_envs=16,
+            vector_env=mode,
+            num_workers=2,
+            seed=3,
+            device="cpu",
+            num_steps=64,
+            mini_batch_size=128,
+            update_epochs=2,
+            learning_rate=2e-3,
+            gae_lambda=0.9,
+        )
         model.learn(total_timesteps=50_000)
         results[mode] = model.last_result
     learned = results["async_pool"].last_metrics["recent_return_mean"]

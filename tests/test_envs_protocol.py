@@ -1,5 +1,6 @@
 """The batched methods every VecEnv has (envs/base.py): `step_groups`, `send`, `recv`,
 `recv_views`, `step_views`, with defaults that step the whole batch at once."""
+
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 """The registry (names, aliases, errors) and the Gymnasium adapter (sync, async, wrappers)."""
+
 import gymnasium
 import numpy as np
 import pytest
@@ -130,7 +131,9 @@ def test_async_adapter_with_two_workers():
 
 def test_user_wrappers_and_entry_point_envs_and_reported_scores():
     plain = make_vec_env("envs_helpers:ScoringEnv", 2, seed=0, episode_length=3)
-    doubled = make_vec_env("envs_helpers:ScoringEnv", 2, seed=0, episode_length=3, wrappers=["envs_helpers:DoubleRewardWrapper"])
+    doubled = make_vec_env(
+        "envs_helpers:ScoringEnv", 2, seed=0, episode_length=3, wrappers=["envs_helpers:DoubleRewardWrapper"]
+    )
     for env in (plain, doubled):
         env.reset()
         for _ in range(6):

@@ -1,4 +1,5 @@
 """Snake: moving, eating and growing, walls, its own body, hunger, observations, rendering."""
+
 import numpy as np
 import pytest
 import torch
@@ -127,12 +128,26 @@ def test_vector_observation_of_a_known_board():
         obs, _, terminated, *_ = _act(env, action)
         assert not terminated.any()
     assert env.body_cells(0) == [(0, 1), (0, 2), (0, 3)]
-    expected = [0, 0, 1,  # one cell straight (0, 0) free, left (1, 1) free, right (-1, 1) the wall
-                1, 0, 1,  # two cells: straight (0, -1) the wall, left (2, 1) free, right (-2, 1) the wall
-                0, 0, 0, 1,  # heading left
-                0, 1, 1, 0,  # the food is right of and below the head
-                (11 - 1) / 12, (11 - 0) / 12,  # food column and row minus the head's, over width and height
-                3 / 144, 11 / 244]  # length over 12 x 12 cells; hunger over max_steps_without_food (100 + 144)
+    expected = [
+        0,
+        0,
+        1,  # one cell straight (0, 0) free, left (1, 1) free, right (-1, 1) the wall
+        1,
+        0,
+        1,  # two cells: straight (0, -1) the wall, left (2, 1) free, right (-2, 1) the wall
+        0,
+        0,
+        0,
+        1,  # heading left
+        0,
+        1,
+        1,
+        0,  # the food is right of and below the head
+        (11 - 1) / 12,
+        (11 - 0) / 12,  # food column and row minus the head's, over width and height
+        3 / 144,
+        11 / 244,
+    ]  # length over 12 x 12 cells; hunger over max_steps_without_food (100 + 144)
     torch.testing.assert_close(obs[0], torch.tensor(expected, dtype=torch.float32))
 
 

@@ -1,4 +1,5 @@
 """Snake's clock-time board: rebasing the clock and big (int32) boards do not change the games."""
+
 import torch
 
 from envs import make_vec_env

@@ -6,6 +6,7 @@ its definition: danger one and two cells straight / left / right, heading, food 
 offset, length, hunger. Only the food the env places after a meal is taken from the env (and
 checked to be on a free cell); moving, eating, growing, crashing and hunger are the reference's.
 """
+
 import random
 
 import pytest
@@ -21,8 +22,15 @@ START_LENGTH = 3
 class ReferenceSnake:
     """One game: the head's past cells (newest last); the body is the last `length` of them."""
 
-    def __init__(self, head: tuple[int, int], heading: int, food: tuple[int, int] | None,
-                 height: int, width: int, max_hunger: int):
+    def __init__(
+        self,
+        head: tuple[int, int],
+        heading: int,
+        food: tuple[int, int] | None,
+        height: int,
+        width: int,
+        max_hunger: int,
+    ):
         self.height, self.width, self.max_hunger = height, width, max_hunger
         self.history = [head] * START_LENGTH  # the snake unrolls from its start cell
         self.length = START_LENGTH
@@ -37,7 +45,7 @@ class ReferenceSnake:
 
     def cells_left(self, cell: tuple[int, int]) -> int:
         """Steps the body stays on `cell` if the snake does not eat (0: free)."""
-        body = self.history[-self.length:]
+        body = self.history[-self.length :]
         for age, taken in enumerate(reversed(body)):  # age 0: the head, which stays `length` steps
             if taken == cell:
                 # A crash is a step too: the head stays put, but the tail leaves its cell.
@@ -81,10 +89,17 @@ class ReferenceSnake:
             food = [0.0] * 6
         else:
             rows, columns = self.food[0] - self.head[0], self.food[1] - self.head[1]
-            food = [float(rows < 0), float(columns > 0), float(rows > 0), float(columns < 0),
-                    columns / self.width, rows / self.height]
-        return danger + heading_one_hot + food + [self.length / (self.height * self.width),
-                                                  self.hunger / self.max_hunger]
+            food = [
+                float(rows < 0),
+                float(columns > 0),
+                float(rows > 0),
+                float(columns < 0),
+                columns / self.width,
+                rows / self.height,
+            ]
+        return (
+            danger + heading_one_hot + food + [self.length / (self.height * self.width), self.hunger / self.max_hunger]
+        )
 
 
 def _cell(env, board_index) -> tuple[int, int] | None:
@@ -93,8 +108,14 @@ def _cell(env, board_index) -> tuple[int, int] | None:
 
 
 def _new_game(env, index: int, max_hunger: int) -> ReferenceSnake:
-    return ReferenceSnake(_cell(env, env.head[index]), int(env.heading[index]), _cell(env, env.food[index]),
-                          env.height, env.width, max_hunger)
+    return ReferenceSnake(
+        _cell(env, env.head[index]),
+        int(env.heading[index]),
+        _cell(env, env.food[index]),
+        env.height,
+        env.width,
+        max_hunger,
+    )
 
 
 def _careful_action(snake: ReferenceSnake, rng: random.Random) -> int:
@@ -106,8 +127,9 @@ def _careful_action(snake: ReferenceSnake, rng: random.Random) -> int:
 @pytest.mark.parametrize("grid_size", [6, (5, 8)])
 def test_the_vector_features_match_a_plain_python_snake(grid_size, test_device):
     num_envs, max_hunger = 16, 40
-    env = make_vec_env("snake", num_envs, device=test_device, seed=3, grid_size=grid_size,
-                       max_steps_without_food=max_hunger)
+    env = make_vec_env(
+        "snake", num_envs, device=test_device, seed=3, grid_size=grid_size, max_steps_without_food=max_hunger
+    )
     obs = env.reset(seed=3).cpu()
     snakes = [_new_game(env, index, max_hunger) for index in range(num_envs)]
     rng = random.Random(0)

@@ -1,4 +1,5 @@
 """EpisodeStats: running totals on the device, finished episodes summarised by drain()."""
+
 import random
 
 import pytest
@@ -11,7 +12,9 @@ torch.set_num_threads(1)
 
 
 def _step(stats, rewards, scores, dones):
-    stats.update(torch.tensor(rewards, dtype=torch.float32), torch.tensor(scores, dtype=torch.float32), torch.tensor(dones))
+    stats.update(
+        torch.tensor(rewards, dtype=torch.float32), torch.tensor(scores, dtype=torch.float32), torch.tensor(dones)
+    )
 
 
 def test_scripted_episodes_give_the_right_counts_means_and_maxima():
@@ -128,9 +131,14 @@ class ReferenceStats:
             return sum(values) / len(values) if values else None
 
         return EpisodeSummary(
-            count=len(finished), return_mean=mean(returns), length_mean=mean(lengths), score_mean=mean(scores),
-            return_max=max(returns, default=None), score_max=max(scores, default=None),
-            recent_return_mean=mean(recent_returns), recent_score_mean=mean(recent_scores),
+            count=len(finished),
+            return_mean=mean(returns),
+            length_mean=mean(lengths),
+            score_mean=mean(scores),
+            return_max=max(returns, default=None),
+            score_max=max(scores, default=None),
+            recent_return_mean=mean(recent_returns),
+            recent_score_mean=mean(recent_scores),
             recent_length_mean=mean(recent_lengths),
         )
 

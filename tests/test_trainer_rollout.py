@@ -1,4 +1,5 @@
 """Rollout collection and scoring: what the update receives from the env loop."""
+
 import torch
 
 from envs.base import VecEnv
@@ -58,8 +59,13 @@ class _TwoCartPoles(VecEnv):
     def step(self, actions):
         halves = [part.step(half) for part, half in zip(self.parts, actions.chunk(2))]
         (obs, reward, terminated, truncated, info), (obs2, reward2, terminated2, truncated2, info2) = halves
-        return (torch.cat((obs, obs2)), torch.cat((reward, reward2)), torch.cat((terminated, terminated2)),
-                torch.cat((truncated, truncated2)), {"final_obs": torch.cat((info["final_obs"], info2["final_obs"]))})
+        return (
+            torch.cat((obs, obs2)),
+            torch.cat((reward, reward2)),
+            torch.cat((terminated, terminated2)),
+            torch.cat((truncated, truncated2)),
+            {"final_obs": torch.cat((info["final_obs"], info2["final_obs"]))},
+        )
 
     @property
     def step_groups(self):

@@ -11,6 +11,7 @@ cache-sized chunks (`score_rollout`), which costs far less than a small forward 
 Truncated episodes (time limits) are bootstrapped once per rollout from the env's `final_obs`:
 reward += gamma * V(final obs).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,39 +31,60 @@ SCORE_CHUNK_ROWS = 1024
 
 @dataclass
 class RolloutBuffer:
-    obs: Tensor          # (T, N, *obs_shape) as the policy saw them (normalised if norm_obs)
-    actions: Tensor      # (T, N) int64 or (T, N, act_dim) float32, as sampled (unclipped)
-    log_probs: Tensor    # (T, N) log pi_old(a|s)
-    values: Tensor       # (T, N) V_old(s)
-    rewards: Tensor      # (T, N) (scaled if norm_reward)
-    dones: Tensor        # (T, N) 1.0 where the episode ended with this step (score_rollout)
-    terminated: Tensor   # (T, N) bool: the game ended the episode (a crash, a win)
-    truncated: Tensor    # (T, N) bool: a time limit cut the episode
-    final_obs: Tensor    # (T, N, *obs_shape) the observation an episode ended on
+    obs: Tensor  # (T, N, *obs_shape) as the policy saw them (normalised if norm_obs)
+    actions: Tensor  # (T, N) int64 or (T, N, act_dim) float32, as sampled (unclipped)
+    log_probs: Tensor  # (T, N) log pi_old(a|s)
+    values: Tensor  # (T, N) V_old(s)
+    rewards: Tensor  # (T, N) (scaled if norm_reward)
+    dones: Tensor  # (T, N) 1.0 where the episode ended with this step (score_rollout)
+    terminated: Tensor  # (T, N) bool: the game ended the episode (a crash, a win)
+    truncated: Tensor  # (T, N) bool: a time limit cut the episode
+    final_obs: Tensor  # (T, N, *obs_shape) the observation an episode ended on
 
     @classmethod
-    def allocate(cls, num_steps: int, num_envs: int, obs_shape: tuple[int, ...], policy: ActorCritic,
-                 device: torch.device) -> "RolloutBuffer":
+    def allocate(
+        cls, num_steps: int, num_envs: int, obs_shape: tuple[int, ...], policy: ActorCritic, device: torch.device
+    ) -> RolloutBuffer:
         def zeros(*shape, dtype=torch.float32):
             return torch.zeros((num_steps, num_envs, *shape), dtype=dtype, device=device)
 
         action = policy.spec["action"]
         actions = zeros(dtype=torch.int64) if action["kind"] == "discrete" else zeros(action["dim"])
-        return cls(obs=zeros(*obs_shape), actions=actions, log_probs=zeros(), values=zeros(), rewards=zeros(),
-                   dones=zeros(), terminated=zeros(dtype=torch.bool), truncated=zeros(dtype=torch.bool),
-                   final_obs=zeros(*obs_shape))
+        return cls(
+            obs=zeros(*obs_shape),
+            actions=actions,
+            log_probs=zeros(),
+            values=zeros(),
+            rewards=zeros(),
+            dones=zeros(),
+            terminated=zeros(dtype=torch.bool),
+            truncated=zeros(dtype=torch.bool),
+            final_obs=zeros(*obs_shape),
+        )
 
     def flatten(self, advantages: Tensor, returns: Tensor) -> UpdateBatch:
         def flat(tensor: Tensor) -> Tensor:
             return tensor.reshape(-1, *tensor.shape[2:])
 
-        return UpdateBatch(obs=flat(self.obs), actions=flat(self.actions), log_probs=flat(self.log_probs),
-                           advantages=flat(advantages), returns=flat(returns), values=flat(self.values))
+        return UpdateBatch(
+            obs=flat(self.obs),
+            actions=flat(self.actions),
+            log_probs=flat(self.log_probs),
+            advantages=flat(advantages),
+            returns=flat(returns),
+            values=flat(self.values),
+        )
 
 
 @torch.inference_mode()
-def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: Tensor,
-                    generator: torch.Generator, reward_scaler: RewardScaler | None) -> Tensor:
+def collect_rollout(
+    env,
+    policy: ActorCritic,
+    buffer: RolloutBuffer,
+    next_obs: Tensor,
+    generator: torch.Generator,
+    reward_scaler: RewardScaler | None,
+) -> Tensor:
     """Fill the observations, actions, rewards and episode ends of `buffer` with one rollout
     starting from the env observations `next_obs`; returns the env observations the next
     rollout starts from. With norm_obs, the statistics stay fixed during the rollout and only
@@ -98,8 +120,9 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
                 final_obs = info["final_obs"]
                 if whole_batch:  # the whole row: scaled and normalised on its way into the buffer
                     group_next_obs[0] = obs
-                    reward, final_obs = _finish_step(reward, terminated, truncated, obs, final_obs, normalizer,
-                                                     reward_scaler)
+                    reward, final_obs = _finish_step(
+                        reward, terminated, truncated, obs, final_obs, normalizer, reward_scaler
+                    )
                 else:
                     group_next_obs[group].copy_(obs)
                 reward_rows[t - 1].copy_(reward)
@@ -116,8 +139,15 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
             env.send(group, policy.env_action(action))
         if t > 0 and not whole_batch and (reward_scaler is not None or normalizer is not None):
             row = t - 1  # row t-1 is whole now: what a single group does on its way in
-            reward, final_obs = _finish_step(buffer.rewards[row], buffer.terminated[row], buffer.truncated[row],
-                                             next_obs, buffer.final_obs[row], normalizer, reward_scaler)
+            reward, final_obs = _finish_step(
+                buffer.rewards[row],
+                buffer.terminated[row],
+                buffer.truncated[row],
+                next_obs,
+                buffer.final_obs[row],
+                normalizer,
+                reward_scaler,
+            )
             if reward_scaler is not None:
                 buffer.rewards[row] = reward
             if normalizer is not None:
@@ -126,8 +156,15 @@ def collect_rollout(env, policy: ActorCritic, buffer: RolloutBuffer, next_obs: T
     return group_next_obs[0].clone() if whole_batch else next_obs
 
 
-def _finish_step(reward: Tensor, terminated: Tensor, truncated: Tensor, obs: Tensor, final_obs: Tensor, normalizer,
-                 reward_scaler: RewardScaler | None) -> tuple[Tensor, Tensor]:
+def _finish_step(
+    reward: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    obs: Tensor,
+    final_obs: Tensor,
+    normalizer,
+    reward_scaler: RewardScaler | None,
+) -> tuple[Tensor, Tensor]:
     """What a step of every env does to the running statistics, in step order: the reward
     scaled (its running return restarts where the episode ended), the observations accumulated
     into norm_obs's sums, the final observations normalised. (reward, final_obs)."""
