@@ -278,3 +278,23 @@ def test_pip_install_gives_the_api_the_configs_and_the_commands_anywhere(tmp_pat
             timeout=120,
         )
         assert completed.returncode == 0 and "usage:" in completed.stdout, completed.stderr[-2000:]
+
+
+def test_an_object_that_only_looks_like_a_vec_env_is_refused_with_what_to_do():
+    """The rollout drives an env through VecEnv's declared methods (step_groups, send, recv): a
+    look-alike is refused when the model is made, not with an AttributeError in the first rollout."""
+    from envs.errors import EnvError
+
+    class LookAlike:
+        num_envs = 4
+        single_observation_space = gymnasium.spaces.Box(-1, 1, (3,))
+        single_action_space = gymnasium.spaces.Discrete(2)
+
+        def step(self, actions):
+            raise AssertionError("never stepped")
+
+        def reset(self, seed=None):
+            raise AssertionError("never reset")
+
+    with pytest.raises(EnvError, match="not an envs.base.VecEnv: subclass VecEnv"):
+        PPO(LookAlike())

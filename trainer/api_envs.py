@@ -60,7 +60,19 @@ def wrap_env(env: Any) -> tuple[str, Callable[[TrainConfig], Callable], dict, An
 
 
 def is_vec_env(env: Any) -> bool:
-    return all(hasattr(env, name) for name in ("num_envs", "single_observation_space", "step", "reset", "stats"))
+    """An env object the rollout can drive: an envs.base.VecEnv (its declared fast paths included).
+    Something that only looks like one is refused with what to do, not an AttributeError mid-rollout."""
+    from envs.base import VecEnv
+    from envs.errors import EnvError
+
+    looks_like_one = all(hasattr(env, name) for name in ("num_envs", "single_observation_space", "step", "reset"))
+    if looks_like_one and not isinstance(env, VecEnv):
+        raise EnvError(
+            f"{type(env).__name__} looks like a vector env but is not an envs.base.VecEnv: subclass VecEnv (it "
+            f"declares step_groups, step_views, send and recv with defaults built on your step), or pass a "
+            f"Gymnasium env id or a function that makes one Gymnasium env"
+        )
+    return looks_like_one
 
 
 def _label(name: str | None, fallback: Any) -> str:
