@@ -14,20 +14,10 @@ import trainer.run.loop
 import trainer.run.storage
 from studio import views
 from studio.history import RunFollower
+from test_trainer_process import TINY as PROCESS_TINY
 from trainer.cluster.process import run_training
 
-TINY = {
-    "env_name": "cartpole",
-    "num_envs": 8,
-    "num_steps": 16,
-    "mini_batch_size": 32,
-    "update_epochs": 1,
-    "total_timesteps": 8 * 16 * 3,
-    "gif_interval": 0,
-    "torch_threads": 1,
-    "device": "cpu",
-    "checkpoint": {"interval": 1},
-}
+TINY = {**PROCESS_TINY, "checkpoint": {"interval": 1}}  # a checkpoint after every update: the write that fails
 FREE = 1_500_000  # what the disk is said to have left: the message shows it as 1.5 MB
 
 
