@@ -13,19 +13,11 @@ from pathlib import Path
 import pytest
 
 from test_studio_helpers import start_studio
+from test_watch import TINY as WATCH_TINY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = {
-    "env_name": "cartpole",
-    "num_envs": 8,
-    "num_steps": 16,
-    "mini_batch_size": 64,
-    "total_timesteps": 8 * 16 * 2,
-    "gif_interval": 0,
-    "device": "cpu",
-    "seed": 3,
-}
+TINY = {**WATCH_TINY, "seed": 3}
 
 
 def handler(demo, name: str):
