@@ -63,3 +63,10 @@ def write_run(
     if end is not None:
         sink(make_event("end", status=end, step=len(returns) * 512, final_model=None))
     return run_dir
+
+
+def cartpole_cli(runs_dir, *args: str) -> list[str]:
+    """`python -m trainer -c configs/cartpole.yaml --runs-dir RUNS_DIR ARGS...` as a command list."""
+    import sys
+
+    return [sys.executable, "-m", "trainer", "-c", "configs/cartpole.yaml", "--runs-dir", str(runs_dir), *args]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from metrics_helpers import metrics_event
+from metrics_helpers import cartpole_cli, metrics_event
 from test_studio_helpers import free_port
 from trainer.run.events import make_event
 from trainer.serving.metrics_export import (
@@ -135,13 +134,7 @@ def test_metric_names_follow_prometheus_conventions():
 
 def test_the_cli_serves_metrics_on_metrics_port_while_training(tmp_path):
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "trainer",
-        "-c",
-        "configs/cartpole.yaml",
-        "--runs-dir",
+    command = cartpole_cli(
         str(tmp_path),
         "--set",
         "total_timesteps=2000000",
@@ -152,7 +145,7 @@ def test_the_cli_serves_metrics_on_metrics_port_while_training(tmp_path):
         "--metrics-port",
         str(port),
         "--quiet",
-    ]  # no --metrics-host: the default, this machine only
+    )  # no --metrics-host: the default, this machine only
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         steps = []
@@ -182,13 +175,7 @@ def test_a_busy_metrics_port_is_a_clear_usage_error(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainer",
-                "-c",
-                "configs/cartpole.yaml",
-                "--runs-dir",
+            cartpole_cli(
                 str(tmp_path),
                 "--set",
                 "total_timesteps=1000",
@@ -196,7 +183,7 @@ def test_a_busy_metrics_port_is_a_clear_usage_error(tmp_path):
                 str(port),
                 "--metrics-host",
                 "127.0.0.1",
-            ],
+            ),
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -249,19 +236,7 @@ def test_a_public_metrics_host_without_a_key_is_refused_before_anything_starts(t
         serve_trainer_metrics(0, "0.0.0.0")
     monkeypatch.delenv("RL_STUDIO_METRICS_KEY", raising=False)
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer",
-            "-c",
-            "configs/cartpole.yaml",
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--metrics-port",
-            str(free_port()),
-            "--metrics-host",
-            "0.0.0.0",
-        ],
+        cartpole_cli(str(tmp_path / "runs"), "--metrics-port", str(free_port()), "--metrics-host", "0.0.0.0"),
         cwd=REPO,
         capture_output=True,
         text=True,

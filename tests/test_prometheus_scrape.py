@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from metrics_helpers import cartpole_cli
 from test_studio_helpers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,13 +42,7 @@ def test_prometheus_sees_the_trainers_step_counter_rise(tmp_path):
         f"    static_configs: [{{targets: ['127.0.0.1:{trainer_port}']}}]\n"
     )
     trainer = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainer",
-            "-c",
-            "configs/cartpole.yaml",
-            "--runs-dir",
+        cartpole_cli(
             str(tmp_path / "runs"),
             "--set",
             "total_timesteps=5000000",
@@ -61,7 +55,7 @@ def test_prometheus_sees_the_trainers_step_counter_rise(tmp_path):
             str(trainer_port),
             "--metrics-key",
             KEY,
-        ],  # Prometheus sends it as a bearer token
+        ),  # Prometheus sends it as a bearer token
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
