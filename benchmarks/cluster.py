@@ -107,7 +107,7 @@ def steady_steps_per_second(events: list[dict]) -> float | None:
 def _flat_gradient_size(config_path: str) -> tuple[int, int, int]:
     """(parameters of the config's network, gradient steps per update, samples per update)."""
     from trainer.config.defaults import load_config
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
     from trainer.run.setup import make_training_env, policy_spec
 
     config = load_config(config_path, ["device=cpu"])

@@ -38,7 +38,7 @@ def untrained_model(folder: Path) -> Path:
     import gymnasium
     import torch
 
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
     from trainer.nets.spec import make_policy_spec
     from trainer.run.checkpoint import atomic_save
     from trainer.run.layout import final_model_path

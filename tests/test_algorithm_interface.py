@@ -26,7 +26,7 @@ from trainer.algos.registry import ALGORITHMS, register, unregister
 from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
 from trainer.config.checks import Boolean, ConfigError
 from trainer.config.keys import ROLLOUT, key
-from trainer.nets.policies import build_policy
+from trainer.nets.build import build_policy
 
 REPO = Path(__file__).resolve().parents[1]
 RANDOM_CARTPOLE = 22.0  # mean episode length of a random policy

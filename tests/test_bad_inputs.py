@@ -181,7 +181,7 @@ def model_payload(**changes) -> dict:
     """A real CartPole model payload (an untrained network), with `changes` on top."""
     from envs import make_vec_env
     from trainer.config.validation import config_from_dict
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
     from trainer.run.checkpoint import FORMAT, FORMAT_VERSION
     from trainer.run.setup import policy_spec
 

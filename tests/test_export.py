@@ -19,7 +19,7 @@ pytest.importorskip("onnx", reason="optional extra: pip install -r requirements-
 
 from trainer.config.defaults import load_config
 from trainer.config.validation import config_from_dict
-from trainer.nets.policies import build_policy  # noqa: E402
+from trainer.nets.build import build_policy  # noqa: E402
 from trainer.nets.spec import make_policy_spec  # noqa: E402
 from trainer.run.checkpoint import TrainedModel, load_model  # noqa: E402
 from trainer.run.loop import train  # noqa: E402

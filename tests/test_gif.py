@@ -132,7 +132,7 @@ def cartpole_recorder():
     def recorder(max_frames: int) -> GifRecorder:
         return GifRecorder(lambda: make_vec_env("cartpole", 1, device="cpu", seed=1), spec, max_frames)
 
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
 
     return recorder, build_policy(spec).state_dict()
 

@@ -25,7 +25,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from trainer.cluster.launch import free_port
-from trainer.nets.policies import build_policy
+from trainer.nets.build import build_policy
 from trainer.nets.spec import make_policy_spec
 from trainer.run.checkpoint import TrainedModel, atomic_save
 from trainer.serving.http_limits import MAX_BODY_BYTES

@@ -157,7 +157,7 @@ def _write_update_data(path: Path) -> None:
     """A network and a batch of 256 samples whose ratios fall inside and outside the clip range."""
     import gymnasium
 
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
     from trainer.nets.spec import make_policy_spec
 
     spec = make_policy_spec("ppo-small", gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2), False)
@@ -180,7 +180,7 @@ def _write_update_data(path: Path) -> None:
 
 def _load_update_data(path: Path, rows: slice = slice(None)):
     from trainer.algos.ppo import UpdateBatch
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
 
     saved = torch.load(path, weights_only=True)
     policy = build_policy(saved["spec"])

@@ -17,7 +17,7 @@ import torch
 
 from trainer.config.checks import ConfigError
 from trainer.config.validation import config_from_dict
-from trainer.nets.policies import build_policy
+from trainer.nets.build import build_policy
 from trainer.nets.spec import make_policy_spec
 from trainer.run.checkpoint import CheckpointError, latest_checkpoint, load_model, read_checkpoint
 from trainer.run.loop import train

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from trainer.algos.ppo import Adam, compute_gae
+from trainer.nets.build import build_policy
 from trainer.nets.fast_forward import FoldedMLP
 from trainer.nets.normalization import RunningMeanStd
-from trainer.nets.policies import build_policy
 from trainer.nets.spec import make_policy_spec
 
 

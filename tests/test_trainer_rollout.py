@@ -5,8 +5,8 @@ import torch
 from envs.base import VecEnv
 from envs.cartpole import CartPoleVecEnv
 from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
+from trainer.nets.build import build_policy
 from trainer.nets.normalization import RewardScaler
-from trainer.nets.policies import build_policy
 from trainer.nets.spec import make_policy_spec
 
 

@@ -48,8 +48,8 @@ from trainer.algos.ppo_settings import (
     check_a2c,
 )
 from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
+from trainer.nets.build import build_policy
 from trainer.nets.normalization import RewardScaler
-from trainer.nets.policies import build_policy
 
 UPDATE_STAT_NAMES = PPO_MEAN_METRICS  # declared in ppo_settings.py, in the order stacked below
 

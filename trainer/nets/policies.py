@@ -11,130 +11,40 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from trainer.nets.activations import Tanh
 from trainer.nets.fast_forward import ActionSampler, RolloutScorer
-from trainer.nets.normalization import RunningMeanStd
-from trainer.nets.spec import CNN_FEATURES, MLP_HIDDEN_SIZES, ModelError
+from trainer.nets.playing import PlayingNetwork
+from trainer.nets.spec import CNN_FEATURES
+from trainer.nets.torso import ConvTorso, hidden_sizes, layer, mlp, obs_size
 
 LOG_2PI = math.log(2 * math.pi)
 
 
-def build_policy(spec: dict) -> ActorCritic:
-    """The network a spec describes, new weights (a checkpoint then loads its own into it)."""
-    return ActorCritic(spec)
-
-
-def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
-    layer = nn.Linear(in_features, out_features)
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-
-def _mlp(in_features: int, hidden: tuple[int, ...], out_features: int, out_gain: float) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for size in hidden:
-        layers += [_layer(in_features, size, math.sqrt(2)), Tanh()]
-        in_features = size
-    layers.append(_layer(in_features, out_features, out_gain))
-    return nn.Sequential(*layers)
-
-
-class ConvTorso(nn.Module):
-    """Convolutions for (C, H, W), (H, W, C) or (H, W) observations -> CNN_FEATURES features.
-
-    Large images (>= 36 px a side) get the Nature-DQN stack (8x8/4, 4x4/2, 3x3/1); small grids
-    such as Snake's board get 3x3 convolutions that keep every cell visible.
-    """
-
-    def __init__(self, obs_shape: list[int], obs_scale: float):
-        super().__init__()
-        self.obs_scale = obs_scale
-        if len(obs_shape) == 2:
-            self.layout, channels, height, width = "hw", 1, obs_shape[0], obs_shape[1]
-        elif obs_shape[-1] <= 4 < obs_shape[0]:
-            self.layout, (height, width, channels) = "hwc", obs_shape
-        else:
-            self.layout, (channels, height, width) = "chw", obs_shape
-        gain = math.sqrt(2)
-        if min(height, width) >= 36:
-            convs = [
-                nn.Conv2d(channels, 32, 8, stride=4),
-                nn.ReLU(),
-                nn.Conv2d(32, 64, 4, stride=2),
-                nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1),
-                nn.ReLU(),
-            ]
-        else:
-            convs = [
-                nn.Conv2d(channels, 32, 3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(32, 64, 3, stride=2 if min(height, width) > 8 else 1, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(64, 64, 3, padding=1),
-                nn.ReLU(),
-            ]
-        for module in convs:
-            if isinstance(module, nn.Conv2d):
-                nn.init.orthogonal_(module.weight, gain)
-                nn.init.zeros_(module.bias)
-        self.convs = nn.Sequential(*convs, nn.Flatten())
-        with torch.no_grad():
-            flat_size = self.convs(torch.zeros(1, channels, height, width)).shape[1]
-        self.linear = nn.Sequential(_layer(flat_size, CNN_FEATURES, gain), nn.ReLU())
-
-    def forward(self, obs: Tensor) -> Tensor:
-        if self.layout == "hw":
-            obs = obs.unsqueeze(1)
-        elif self.layout == "hwc":
-            obs = obs.permute(0, 3, 1, 2)
-        if self.obs_scale != 1.0:
-            obs = obs * self.obs_scale
-        return self.linear(self.convs(obs))
-
-
-class ActorCritic(nn.Module):
+class ActorCritic(PlayingNetwork):
     """pi(a|s) and V(s). The methods take *normalised* observations (see `normalize_obs`),
     because the trainer stores observations as the policy saw them during the rollout."""
 
     def __init__(self, spec: dict):
-        super().__init__()
-        self.spec = spec
+        super().__init__(spec)
         model_type = spec["model_type"]
-        obs_shape = list(spec["obs_shape"])
-        action = spec["action"]
-        self.discrete = action["kind"] == "discrete"
-        action_outputs = action["n"] if self.discrete else action["dim"]
-        self.obs_normalizer = RunningMeanStd(tuple(obs_shape)) if spec.get("norm_obs") else None
+        action_outputs = self.action_size
         if model_type == "ppo-cnn":
-            self.torso: nn.Module | None = ConvTorso(obs_shape, spec.get("obs_scale", 1.0))
-            self.actor = _layer(CNN_FEATURES, action_outputs, 0.01)
-            self.critic = _layer(CNN_FEATURES, 1, 1.0)
+            self.torso: nn.Module | None = ConvTorso(list(spec["obs_shape"]), spec.get("obs_scale", 1.0))
+            self.actor = layer(CNN_FEATURES, action_outputs, 0.01)
+            self.critic = layer(CNN_FEATURES, 1, 1.0)
         else:
-            if model_type not in MLP_HIDDEN_SIZES:
-                raise ModelError(f"unknown model_type {model_type!r}; known: {', '.join(MLP_HIDDEN_SIZES)}, ppo-cnn")
             self.torso = None
-            obs_size = int(np.prod(obs_shape))
-            hidden = tuple(spec.get("hidden_sizes") or MLP_HIDDEN_SIZES[model_type])
-            self.actor = _mlp(obs_size, hidden, action_outputs, 0.01)
-            self.critic = _mlp(obs_size, hidden, 1, 1.0)
+            hidden = hidden_sizes(spec)
+            self.actor = mlp(obs_size(spec), hidden, action_outputs, 0.01)
+            self.critic = mlp(obs_size(spec), hidden, 1, 1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(action_outputs))
-            self.register_buffer("action_low", torch.tensor(action["low"], dtype=torch.float32))
-            self.register_buffer("action_high", torch.tensor(action["high"], dtype=torch.float32))
 
-    # -- observations --------------------------------------------------------------------------
-
-    def normalize_obs(self, obs: Tensor) -> Tensor:
-        """Raw env observations -> what the networks take (identity unless `norm_obs`)."""
-        if self.obs_normalizer is None:
-            return obs
-        return self.obs_normalizer.normalize(obs)
+    @property
+    def detail_names(self) -> tuple[str, ...]:
+        return ("probs" if self.discrete else "mean", "value")
 
     def _features(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """Inputs of the actor and of the critic."""
@@ -143,6 +53,15 @@ class ActorCritic(nn.Module):
             return shared, shared
         flat = obs.reshape(obs.shape[0], -1)
         return flat, flat
+
+    def exported(self, obs: Tensor, with_details: bool = False) -> tuple[Tensor, ...]:
+        actor_input, critic_input = self._features(obs)
+        head = self.actor(actor_input)
+        action = head.argmax(-1) if self.discrete else self.env_action(head)
+        if not with_details:
+            return (action,)
+        detail = head.softmax(-1) if self.discrete else head
+        return action, detail, self.critic(critic_input).squeeze(-1)
 
     # -- pi and V ------------------------------------------------------------------------------
 
@@ -214,10 +133,3 @@ class ActorCritic(nn.Module):
     def _gaussian_log_prob(self, mean: Tensor, action: Tensor) -> Tensor:
         log_std = self.log_std
         return (-0.5 * ((action - mean) / log_std.exp()).square() - log_std - 0.5 * LOG_2PI).sum(-1)
-
-    def env_action(self, action: Tensor) -> Tensor:
-        """What the env is given: continuous actions are clipped to the action bounds
-        (the unclipped sample is what the update scores)."""
-        if self.discrete:
-            return action
-        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)

@@ -313,7 +313,7 @@ def check_spec_fits_weights(spec: Any, state: Any, source: str | Path) -> None:
     """Check a saved policy_spec against the saved weights before any memory is spent on it: the
     network is built on the meta device (shapes only, no storage), its size is bounded by
     MAX_PARAMETERS, and every tensor shape must match. CheckpointError names the tensor."""
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
 
     if not isinstance(spec, dict):
         raise CheckpointError(f"{source}: policy_spec is a {type(spec).__name__}, not a dict")
@@ -357,7 +357,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> TrainedM
     are unsafe, damaged, oversized, not RL Studio models, or whose weights do not fit their own
     policy_spec (checked before the network is built). No env is built and nothing the file
     names is imported: `trainer.serving.evaluate.evaluate` decides which env a model plays."""
-    from trainer.nets.policies import build_policy
+    from trainer.nets.build import build_policy
 
     if str(device) == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

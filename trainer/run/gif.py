@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.nets.policies import build_policy
+from trainer.nets.build import build_policy
 from trainer.run.events import clip_caption
 from trainer.run.files import atomic_write
 

@@ -89,24 +89,11 @@ class ExportablePolicy(nn.Module):
     def forward(self, obs: Tensor) -> tuple[Tensor, ...]:
         if self.normalize:
             obs = ((obs - self.shift) * self.scale).clamp(-CLIP, CLIP)
-        policy = self.policy
-        actor_input, critic_input = policy._features(obs)
-        head = policy.actor(actor_input)
-        if policy.discrete:
-            action = head.argmax(-1)
-            detail = head.softmax(-1)
-        else:
-            action = policy.env_action(head)
-            detail = head
-        if not self.with_details:
-            return (action,)
-        return action, detail, policy.critic(critic_input).squeeze(-1)
+        return self.policy.exported(obs, self.with_details)
 
 
 def output_names(model: TrainedModel, with_details: bool) -> list[str]:
-    if not with_details:
-        return ["action"]
-    return ["action", "probs" if model.policy.discrete else "mean", "value"]
+    return model.policy.export_names(with_details)
 
 
 def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
@@ -124,7 +111,7 @@ def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
         "outputs": json.dumps(output_names(model, with_details)),
         "norm_obs_folded_in": str(bool(model.spec.get("norm_obs"))).lower(),
     }
-    if not model.policy.discrete:
+    if isinstance(getattr(model.policy, "log_std", None), torch.nn.Parameter):  # PPO's state-independent std
         metadata["log_std"] = json.dumps([float(x) for x in model.policy.log_std.detach().cpu()])
     return metadata
 

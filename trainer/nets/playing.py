@@ -1,0 +1,63 @@
+"""What every user of a trained network calls: `PlayingNetwork`, the base of the networks that
+play (`ActorCritic` of PPO / A2C, `QNetwork` of DQN, `SquashedGaussianActor` of SAC).
+
+Checkpoints, `load_model`, evaluation, GIFs, the Watch tab, ONNX export and the policy server
+hold a network of this kind, rebuilt from its spec by `trainer.nets.build.build_policy`, and call
+only these:
+
+    policy.normalize_obs(obs)                    raw env observations -> what the network takes
+    policy.act(obs, generator, deterministic)    (action, log pi(action|obs), value) on normalised obs
+    policy.env_action(action)                    what the env is given (continuous: clipped to its bounds)
+    policy.exported(obs, with_details)           the ONNX graph's outputs: (action, *details)
+    policy.export_names(with_details)            their names: ("action", ...)
+    policy.spec, policy.discrete, policy.obs_normalizer
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from trainer.nets.normalization import RunningMeanStd
+
+
+class PlayingNetwork(nn.Module):
+    """The common part: the spec, the observation normaliser and the action bounds."""
+
+    detail_names: tuple[str, ...] = ()  # the ONNX outputs after "action" (with_details)
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        self.spec = spec
+        action = spec["action"]
+        self.discrete = action["kind"] == "discrete"
+        self.action_size = action["n"] if self.discrete else action["dim"]
+        self.obs_normalizer = RunningMeanStd(tuple(spec["obs_shape"])) if spec.get("norm_obs") else None
+        if not self.discrete:
+            self.register_buffer("action_low", torch.tensor(action["low"], dtype=torch.float32))
+            self.register_buffer("action_high", torch.tensor(action["high"], dtype=torch.float32))
+
+    def normalize_obs(self, obs: Tensor) -> Tensor:
+        """Raw env observations -> what the networks take (identity unless `norm_obs`)."""
+        if self.obs_normalizer is None:
+            return obs
+        return self.obs_normalizer.normalize(obs)
+
+    def env_action(self, action: Tensor) -> Tensor:
+        """What the env is given: continuous actions are clipped to the action bounds."""
+        if self.discrete:
+            return action
+        return torch.maximum(torch.minimum(action, self.action_high), self.action_low)
+
+    def act(
+        self, obs: Tensor, generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(action, log pi(action|obs), value estimate) for a batch of normalised observations."""
+        raise NotImplementedError
+
+    def exported(self, obs: Tensor, with_details: bool = False) -> tuple[Tensor, ...]:
+        """The greedy action for normalised observations, then `detail_names`' tensors when asked."""
+        raise NotImplementedError
+
+    def export_names(self, with_details: bool) -> list[str]:
+        return ["action", *self.detail_names] if with_details else ["action"]
