@@ -77,6 +77,7 @@ class Algorithm:
     keys: ClassVar[type | None] = None  # a dataclass of `key(...)` fields: its own config keys
     metric_names: ClassVar[tuple[str, ...]] = ()  # what `update` returns: `update` metrics of
     # trainer/config/metrics.py (checked when it registers)
+    replay: ClassVar[bool] = False  # True: samples minibatches from a replay buffer (trainer/config/batching.py)
 
     policy: nn.Module
     steps_per_update: int

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from trainer.algos import priority_keys
 from trainer.config.checks import Boolean, Integer, Real
-from trainer.config.keys import NORMALISATION, PPO, ROLLOUT, key
+from trainer.config.keys import PPO, ROLLOUT, key
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -47,15 +48,9 @@ class PPOKeys:
         Real(0.0, None, low_open=True, optional=True),
         PPO,
     )
-    use_per: bool = key(
-        False,
-        "Prioritised minibatches: sample in proportion to abs(advantage)^`per_alpha`, "
-        "importance weights (`per_beta`) on the value loss.",
-        Boolean(),
-        NORMALISATION,
-    )
-    per_alpha: float = key(0.6, "How strongly `use_per` prefers large errors (0: uniform).", Real(0.0), NORMALISATION)
-    per_beta: float = key(0.4, "Importance-sampling correction of `use_per` (1: full).", Real(0.0, 1.0), NORMALISATION)
+    use_per: bool = priority_keys.use_per()
+    per_alpha: float = priority_keys.per_alpha()
+    per_beta: float = priority_keys.per_beta()
 
 
 @dataclass(frozen=True)

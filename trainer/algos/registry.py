@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trainer.algos.dqn_settings import DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
 from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_METRICS, PPO_SUMMARY, PPOKeys, check_a2c
+from trainer.algos.sac_settings import SAC_METRICS, SAC_SUMMARY, SACKeys, check_sac
 from trainer.config.algorithm_keys import forget_algorithm
 from trainer.config.declaring import declare_algorithm
 from trainer.config.metrics import check_update_metrics
@@ -65,9 +67,10 @@ def register(
     keys: type | None = None,
     check: Callable[..., None] | None = None,
     metric_names: tuple[str, ...] | None = None,
+    replay: bool | None = None,
 ) -> None:
     """Make `cls` trainable as `algo: name`. For a class, summary, keys, check and metric_names
-    default to its own `summary`, `keys`, `check_config` and `metric_names`; a "module:Class" path
+    default to its own `summary`, `keys`, `check_config`, `metric_names` and `replay`; a "module:Class" path
     gives them here instead. The metric names must be `update` metrics of the registry."""
     from trainer.algos.base import Algorithm
 
@@ -80,8 +83,9 @@ def register(
         keys = keys if keys is not None else cls.keys
         check = check if check is not None else cls.check_config
         metric_names = metric_names if metric_names is not None else cls.metric_names
+        replay = replay if replay is not None else cls.replay
     metric_names = check_update_metrics(name, metric_names or ())
-    declare_algorithm(name, summary or "", keys, check)  # the config's table: refuses a clashing key
+    declare_algorithm(name, summary or "", keys, check, bool(replay))  # the config's table: refuses a clashing key
     ALGORITHMS[name] = Registration(name, cls, summary or "", metric_names)
 
 
@@ -110,3 +114,21 @@ def algorithm_class(name: str) -> type[Algorithm]:
 
 register("ppo", "trainer.algos.ppo:PPO", summary=PPO_SUMMARY, keys=PPOKeys, metric_names=PPO_METRICS)
 register("a2c", "trainer.algos.ppo:A2C", summary=A2C_SUMMARY, keys=PPOKeys, check=check_a2c, metric_names=PPO_METRICS)
+register(
+    "dqn",
+    "trainer.algos.dqn:DQN",
+    summary=DQN_SUMMARY,
+    keys=DQNKeys,
+    check=check_dqn,
+    metric_names=DQN_METRICS,
+    replay=True,
+)
+register(
+    "sac",
+    "trainer.algos.sac:SAC",
+    summary=SAC_SUMMARY,
+    keys=SACKeys,
+    check=check_sac,
+    metric_names=SAC_METRICS,
+    replay=True,
+)

@@ -28,6 +28,7 @@ class AlgorithmEntry:
     summary: str
     keys: tuple[Any, ...] = ()
     check: ConfigCheck | None = None
+    replay: bool = False  # samples minibatches from a replay buffer (trainer/config/batching.py)
 
 
 ALGORITHM_TABLE: dict[str, AlgorithmEntry] = {}

@@ -4,6 +4,10 @@ are derived from which, and the messages when they do not fit together.
     batch_size       samples collected per update  = num_envs x num_steps
     mini_batch_size  samples per gradient step; an update makes
                      update_epochs x (batch_size / mini_batch_size) gradient steps
+
+An algorithm that learns from a replay buffer (DQN, SAC: `replay=True`) samples mini_batch_size
+transitions from everything stored, so its mini_batch_size is free of batch_size, and num_steps
+(SB3's `train_freq`: steps from every env between updates) defaults to 1.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 DEFAULT_NUM_STEPS = 128
 DEFAULT_MINI_BATCH_SIZE = 256
+DEFAULT_REPLAY_NUM_STEPS = 1
 
 
 def _divisors_near(number: int, target: int) -> list[int]:
@@ -33,9 +38,10 @@ def _largest_divisor_up_to(number: int, limit: int) -> int:
     return next(d for d in range(min(limit, number), 0, -1) if number % d == 0)
 
 
-def resolve_batch_sizes(config: Any, problems: list[str]) -> None:
+def resolve_batch_sizes(config: Any, problems: list[str], replay: bool = False) -> None:
     """Fill num_steps / batch_size / mini_batch_size / num_minibatches of a TrainConfig from whichever
-    were given, or append what does not fit together to `problems`."""
+    were given, or append what does not fit together to `problems`. replay: the algorithm samples
+    its minibatches from a replay buffer (see above)."""
     num_envs = config.num_envs
     if config.num_steps is not None and config.batch_size is not None:
         if config.num_steps * num_envs != config.batch_size:
@@ -58,9 +64,18 @@ def resolve_batch_sizes(config: Any, problems: list[str]) -> None:
         config.num_steps = config.batch_size // num_envs
     else:
         if config.num_steps is None:
-            config.num_steps = DEFAULT_NUM_STEPS
+            config.num_steps = DEFAULT_REPLAY_NUM_STEPS if replay else DEFAULT_NUM_STEPS
         config.batch_size = config.num_steps * num_envs
     batch_size = config.batch_size
+    if replay:
+        if config.num_minibatches is not None:
+            problems.append(
+                f"num_minibatches splits one rollout, but algo {config.algo} samples mini_batch_size transitions "
+                f"from its replay buffer for each gradient step: remove num_minibatches and set mini_batch_size"
+            )
+        if config.mini_batch_size is None:
+            config.mini_batch_size = DEFAULT_MINI_BATCH_SIZE
+        return
     if config.mini_batch_size is not None and config.num_minibatches is not None:
         if config.mini_batch_size * config.num_minibatches != batch_size:
             problems.append(

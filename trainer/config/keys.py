@@ -60,8 +60,11 @@ STUDIO_GROUPS = (
     "Environment options",
     "Processes and cluster",
     "Checkpoints, GIFs and logs",
+    "Replay buffer and targets",
+    "DQN",
+    "SAC",
 )
-ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, CLUSTER, OUTPUTS = STUDIO_GROUPS[1:]
+ROLLOUT, PPO, NORMALISATION, ENVIRONMENT, CLUSTER, OUTPUTS, REPLAY, DQN, SAC = STUDIO_GROUPS[1:]
 
 
 def key(
@@ -350,4 +353,5 @@ KEY_ALIASES = {
     "env": "env_name",
     "env_id": "env_name",
     "net_arch": "hidden_sizes",
+    "train_freq": "num_steps",  # SB3 / CleanRL: env steps (per env) between updates of DQN and SAC
 }

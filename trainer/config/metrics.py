@@ -14,69 +14,18 @@ Here, in the lowest room, so that algorithms, the run, serving and the studio al
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-SOURCES = ("envelope", "loop", "update", "exporter", "machine")
-PROMETHEUS_PREFIX = "rlstudio_"
-PROMETHEUS_RUN_LABELS = ("run_id", "env", "model", "rank")  # on every per-run series
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A place in the studio's charts: the main chart (`option`: its menu word) or a small
-    diagnostics chart (`position` in the grid, row by row)."""
-
-    group: str  # "main" or "diagnostics"
-    label: str  # the chart's title
-    position: int = 0
-    option: str | None = None  # main chart only: "score", "return", "length"
-
-
-@dataclass(frozen=True)
-class Exported:
-    """How Prometheus shows a metric: `rlstudio_<name>`, its type, help and labels."""
-
-    name: str  # without the prefix; a counter's ends in _total
-    type: str = "gauge"  # "gauge" or "counter"
-    help: str | None = None  # None: the metric's meaning
-    per: str = "run"  # "run" (the run labels), "gpu" (label gpu) or "machine" (none)
-    labels: tuple[str, ...] = ()  # more labels after the run labels (run_status: status)
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric. `source` says who computes it: `envelope` (every event's own field), `loop` (the
-    training loop), `update` (an algorithm's update: the algorithms that return it say so in their
-    `metric_names`), `exporter` (Prometheus, at scrape time) or `machine`. The first three are
-    fields of the `metrics` event (`event`: required or optional there)."""
-
-    name: str
-    meaning: str  # one line a user understands
-    unit: str
-    source: str = "loop"
-    event: str | None = "required"  # "required", "optional" or None (not a metrics-event field)
-    must_be_finite: bool = False  # a null (NaN, inf) in an event means the update diverged
-    charts: tuple[Chart, ...] = ()
-    csv: bool = False
-    tensorboard: str | None = None  # the scalar's tag
-    prometheus: Exported | None = None
-
-
-def _update(name: str, meaning: str, unit: str, **shown) -> Metric:
-    return Metric(name, meaning, unit, source="update", **shown)
-
-
-def _exporter(name: str, meaning: str, unit: str, kind: str = "gauge", **exported) -> Metric:
-    return Metric(name, meaning, unit, source="exporter", event=None, prometheus=Exported(name, kind, **exported))
-
-
-def _machine(name: str, meaning: str, unit: str, per: str) -> Metric:
-    return Metric(name, meaning, unit, source="machine", event=None, prometheus=Exported(name, per=per))
-
-
-def _diagnostic(label: str, position: int) -> Chart:
-    return Chart("diagnostics", label, position)
-
+from trainer.config.metric_kinds import (  # noqa: F401 (SOURCES, PROMETHEUS_*: read from here)
+    PROMETHEUS_PREFIX,
+    PROMETHEUS_RUN_LABELS,
+    SOURCES,
+    Chart,
+    Exported,
+    Metric,
+    diagnostic,
+    exporter,
+    machine,
+    update_metric,
+)
 
 REGISTRY: tuple[Metric, ...] = (
     # Fields of every metrics event (in the order of the CSV export's columns)
@@ -101,7 +50,7 @@ REGISTRY: tuple[Metric, ...] = (
         "fps",
         "Environment steps per second in the current session.",
         "steps/s",
-        charts=(_diagnostic("Steps / s", 6),),
+        charts=(diagnostic("Steps / s", 6),),
         csv=True,
         tensorboard="losses/fps",
         prometheus=Exported("steps_per_second"),
@@ -120,7 +69,7 @@ REGISTRY: tuple[Metric, ...] = (
         "episode_length_mean",
         "Mean length (steps) of the episodes finished in the last update.",
         "steps",
-        charts=(Chart("main", "Episode length", 2, "length"), _diagnostic("Episode length", 0)),
+        charts=(Chart("main", "Episode length", 2, "length"), diagnostic("Episode length", 0)),
         csv=True,
         tensorboard="charts/episode_length_mean",
         prometheus=Exported("episode_length_mean"),
@@ -142,62 +91,116 @@ REGISTRY: tuple[Metric, ...] = (
         tensorboard="charts/recent_return_mean",
         prometheus=Exported("recent_episode_return_mean"),
     ),
-    _update(
+    update_metric(
         "policy_loss",
         "Policy (actor) loss of the last update, mean over its minibatches.",
         "–",
         must_be_finite=True,
-        charts=(_diagnostic("Policy loss", 2),),
+        charts=(diagnostic("Policy loss", 2),),
         csv=True,
         tensorboard="losses/policy_loss",
         prometheus=Exported("policy_loss", help="Policy (actor) loss of the last update; NaN when not finite."),
     ),
-    _update(
+    update_metric(
         "value_loss",
         "Value (critic) loss of the last update, mean over its minibatches.",
         "–",
         must_be_finite=True,
-        charts=(_diagnostic("Value loss", 3),),
+        charts=(diagnostic("Value loss", 3),),
         csv=True,
         tensorboard="losses/value_loss",
         prometheus=Exported("value_loss", help="Value (critic) loss of the last update; NaN when not finite."),
     ),
-    _update(
+    update_metric(
         "entropy",
         "Policy entropy in the last update: how random the actions still are.",
         "nats",
         must_be_finite=True,
-        charts=(_diagnostic("Entropy", 4),),
+        charts=(diagnostic("Entropy", 4),),
         csv=True,
         tensorboard="losses/entropy",
         prometheus=Exported("entropy", help="Policy entropy (nats) in the last update."),
     ),
-    _update(
+    update_metric(
         "approx_kl",
         "Approximate KL divergence between the old and new policy.",
         "nats",
         must_be_finite=True,
-        charts=(_diagnostic("Approx. KL", 5),),
+        charts=(diagnostic("Approx. KL", 5),),
         csv=True,
         tensorboard="losses/approx_kl",
         prometheus=Exported("approx_kl"),
     ),
-    _update(
+    update_metric(
         "clip_fraction",
         "Share of samples whose probability ratio was clipped in the last update.",
         "0-1",
-        charts=(_diagnostic("Clip fraction", 7),),
+        charts=(diagnostic("Clip fraction", 7),),
         csv=True,
         tensorboard="losses/clip_fraction",
         prometheus=Exported("clip_fraction_ratio", help="Share (0-1) of samples whose ratio was clipped."),
     ),
-    _update(
+    update_metric(
         "explained_variance",
         "How much of the returns' variance the value function explains (1: all, 0 or less: no better than a constant).",
         "–",
-        charts=(_diagnostic("Explained variance", 1),),
+        charts=(diagnostic("Explained variance", 1),),
         csv=True,
         tensorboard="losses/explained_variance",
+    ),
+    # Off-policy diagnostics (DQN, SAC): optional fields, in the events of the algorithms that return them
+    update_metric(
+        "q_value_mean",
+        "Mean Q-value of the actions in the last update's sampled minibatches: what the critic expects to earn.",
+        "return",
+        event="optional",
+        must_be_finite=True,
+        charts=(diagnostic("Q-values", 8),),
+        csv=True,
+        tensorboard="losses/q_value_mean",
+        prometheus=Exported("q_value_mean"),
+    ),
+    update_metric(
+        "td_error_mean",
+        "Mean absolute TD error of the last update's sampled minibatches (what prioritised replay samples by).",
+        "return",
+        event="optional",
+        must_be_finite=True,
+        charts=(diagnostic("TD error", 9),),
+        csv=True,
+        tensorboard="losses/td_error_mean",
+        prometheus=Exported("td_error_mean"),
+    ),
+    update_metric(
+        "epsilon",
+        "DQN's exploration rate in the last update: the share of random actions.",
+        "0-1",
+        event="optional",
+        charts=(diagnostic("Epsilon", 10),),
+        csv=True,
+        tensorboard="charts/epsilon",
+        prometheus=Exported("epsilon_ratio", help="DQN's exploration rate (0-1) in the last update."),
+    ),
+    update_metric(
+        "alpha",
+        "SAC's entropy coefficient in the last update (tuned automatically unless fixed).",
+        "–",
+        event="optional",
+        must_be_finite=True,
+        charts=(diagnostic("Entropy coef. (alpha)", 11),),
+        csv=True,
+        tensorboard="losses/alpha",
+        prometheus=Exported("sac_alpha"),
+    ),
+    update_metric(
+        "buffer_size",
+        "Transitions held by the replay buffer after the last update.",
+        "transitions",
+        event="optional",
+        charts=(diagnostic("Replay buffer", 12),),
+        csv=True,
+        tensorboard="charts/buffer_size",
+        prometheus=Exported("replay_buffer_transitions"),
     ),
     Metric(
         "learning_rate",
@@ -243,31 +246,31 @@ REGISTRY: tuple[Metric, ...] = (
     ),
     Metric("final_update", "True on the run's last update.", "true/false", event="optional"),
     # Computed by the Prometheus exporter at scrape time, per run
-    _exporter(
+    exporter(
         "nonfinite_losses",
         "How many of policy/value loss, entropy and approx KL were NaN or infinite in the last update.",
         "losses",
     ),
-    _exporter("return_falling_updates", "Consecutive updates in which the recent mean return fell.", "updates"),
-    _exporter(
+    exporter("return_falling_updates", "Consecutive updates in which the recent mean return fell.", "updates"),
+    exporter(
         "return_falling_threshold",
         "The run's warn_falling_updates: the streak the studio warns at and the RLStudioReturnFalling alert fires at.",
         "updates",
     ),
-    _exporter(
+    exporter(
         "checkpoint_age_seconds", "Seconds since the run's last checkpoint (since its start before the first).", "s"
     ),
-    _exporter(
+    exporter(
         "run_status", "1 for the run's current status (label status), 0 for the others.", "1 or 0", labels=("status",)
     ),
-    _exporter("process_cpu_seconds_total", "CPU seconds used by the run's trainer process.", "s", "counter"),
-    _exporter("process_resident_memory_bytes", "Resident memory of the run's trainer process.", "bytes"),
+    exporter("process_cpu_seconds_total", "CPU seconds used by the run's trainer process.", "s", "counter"),
+    exporter("process_resident_memory_bytes", "Resident memory of the run's trainer process.", "bytes"),
     # The machine, not a run
-    _machine("gpu_utilization_ratio", "GPU utilisation (0-1), per NVIDIA GPU (label gpu).", "0-1", "gpu"),
-    _machine("gpu_memory_used_bytes", "GPU memory in use, per NVIDIA GPU.", "bytes", "gpu"),
-    _machine("gpu_memory_total_bytes", "GPU memory, per NVIDIA GPU.", "bytes", "gpu"),
-    _machine("runs_disk_free_bytes", "Free space on the disk that holds the runs folder.", "bytes", "machine"),
-    _machine("runs_disk_size_bytes", "Size of the disk that holds the runs folder.", "bytes", "machine"),
+    machine("gpu_utilization_ratio", "GPU utilisation (0-1), per NVIDIA GPU (label gpu).", "0-1", "gpu"),
+    machine("gpu_memory_used_bytes", "GPU memory in use, per NVIDIA GPU.", "bytes", "gpu"),
+    machine("gpu_memory_total_bytes", "GPU memory, per NVIDIA GPU.", "bytes", "gpu"),
+    machine("runs_disk_free_bytes", "Free space on the disk that holds the runs folder.", "bytes", "machine"),
+    machine("runs_disk_size_bytes", "Size of the disk that holds the runs folder.", "bytes", "machine"),
 )
 BY_NAME: dict[str, Metric] = {metric.name: metric for metric in REGISTRY}
 

@@ -103,13 +103,13 @@ def _unknown_key_message(prefix: str, name: str, valid: list[str]) -> str:
 
 
 def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) -> None:
-    resolve_batch_sizes(config, problems)
+    entry = ALGORITHM_TABLE.get(config.algo)
+    resolve_batch_sizes(config, problems, replay=entry is not None and entry.replay)
     if config.min_nodes > config.max_nodes:
         problems.append(
             f"min_nodes ({config.min_nodes}) is larger than max_nodes ({config.max_nodes}); give "
             f"min_nodes <= max_nodes (torchrun's --nnodes MIN:MAX)"
         )
-    entry = ALGORITHM_TABLE.get(config.algo)
     if entry is not None and entry.check is not None:
         entry.check(config, given, problems)  # the relations between the algorithm's own keys
     if config.hidden_sizes and config.model_type == "ppo-cnn":

@@ -196,6 +196,7 @@ class TrainingSession:
                 broadcast=context.broadcast_module_ if context is not None else None,
             )
         )
+        self.policy_spec = self.policy.spec  # the algorithm's network (its kind: spec["network"])
         self.blank_metrics = metric_blanks(self.algorithm)  # the metrics this algorithm leaves null
         self.base_learning_rate, lr_message = scaled_learning_rate(config, self.world_size)
         if lr_message:
