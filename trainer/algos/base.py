@@ -52,6 +52,7 @@ class Setup:
     reduce_mean: Callable[[Tensor], None] | None = None  # average over ranks in place (gradients); None: one rank
     reduce_sum: Callable[[Tensor], None] = _on_one_process  # sum over ranks in place (statistics)
     broadcast: Callable[[nn.Module], None] | None = None  # rank 0's weights into this rank's module
+    log: Callable[[str], None] = print  # a line in the run's log (the loop's: train.log, the studio)
 
 
 @dataclass(frozen=True)

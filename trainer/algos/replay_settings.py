@@ -58,6 +58,12 @@ def check_replay(config: Any, given: set[str], problems: list[str], tau: float) 
     and at least one minibatch."""
     if config.tau is None:
         config.tau = tau
+    for name in ("norm_obs", "norm_reward"):
+        if getattr(config, name):
+            problems.append(
+                f"{name} normalises with running statistics that move while the replay buffer keeps old samples, "
+                f"so algo {config.algo} does not take it: set {name}: false (or use algo ppo)"
+            )
     rows = config.buffer_size // config.num_envs
     if rows < config.n_step + 1:
         problems.append(

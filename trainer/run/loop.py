@@ -174,6 +174,7 @@ class TrainingSession:
         self.gif_recorder = None
         set_threads(config, self.device, self.world_size)
         self._pending_logs: list[str] = []  # said before the start event; emitted right after it
+        self._started = False
         start = seeds(config.seed, self.rank)
 
         torch.manual_seed(start.network)  # network initialisation: the same on every rank
@@ -194,6 +195,7 @@ class TrainingSession:
                 reduce_mean=context.all_reduce_mean_ if context is not None else None,
                 reduce_sum=self._reduce_sum,
                 broadcast=context.broadcast_module_ if context is not None else None,
+                log=self._log,
             )
         )
         self.policy_spec = self.policy.spec  # the algorithm's network (its kind: spec["network"])
@@ -319,12 +321,20 @@ class TrainingSession:
         for message in self._pending_logs:
             self.bus.log(message)
         self._pending_logs.clear()
+        self._started = True
 
     def _stop_requested(self, should_stop: Callable[[], bool]) -> bool:
         requested = bool(should_stop()) if self.is_main else False
         if self.context is not None:
             requested = self.context.any_rank(requested, self.device)
         return requested
+
+    def _log(self, message: str) -> None:
+        """A log line from the algorithm: after the start event once it was sent, else right after it."""
+        if self._started:
+            self.bus.log(message)
+        else:
+            self._pending_logs.append(message)
 
     def _reduce_sum(self, tensor: torch.Tensor) -> None:
         if self.context is not None:

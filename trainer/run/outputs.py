@@ -67,7 +67,9 @@ def emit_metrics(session: TrainingSession, statistics: dict) -> dict:
         final_update=session.update == session.num_updates,
         **statistics,
     )
-    for name in session.blank_metrics:
+    # Null: what this algorithm never computes, and what an update without a gradient step (DQN
+    # and SAC before learning_starts) did not.
+    for name in (*session.blank_metrics, *session.algorithm.metric_names):
         fields.setdefault(name, None)
     if session.is_main:
         session.last_metrics = session.bus.emit("metrics", **fields)

@@ -96,7 +96,10 @@ def falling_streak(returns: Iterable[float | None]) -> int:
 
 
 def nonfinite_losses(metrics: dict) -> list[str]:
-    """The loss fields of a metrics event that were NaN or infinite (events carry them as null)."""
+    """The loss fields of a metrics event that were NaN or infinite (events carry them as null). An
+    update without a gradient step (a replay algorithm before `learning_starts`) has no losses."""
+    if metrics.get("gradient_steps") == 0:
+        return []
     bad = []
     for name in LOSS_FIELDS:
         if name not in metrics:

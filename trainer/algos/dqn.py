@@ -1,0 +1,150 @@
+"""DQN (Mnih et al. 2015) as CleanRL writes it, on batched envs, read top to bottom:
+
+1. `collect`: `num_steps` steps of every env, epsilon-greedy on the Q-network (epsilon falls
+   linearly from `exploration_initial_eps` to `exploration_final_eps` over the first
+   `exploration_fraction` of the run), each step of all envs written to the replay buffer at once
+   (trainer/algos/replay.py).
+2. `update`: once `learning_starts` steps are stored, `gradient_steps` steps, each on a minibatch
+   of `mini_batch_size` replayed transitions:
+       target = returns + discounts * Q_target(s', argmax_a Q(s', a))   (double Q: the online
+                network picks the action, the target network scores it; plain: max_a Q_target)
+       loss   = mean(weights * (Q(s, a) - target)^2)                      (weights: PER, else 1)
+   then the target network follows: a copy every `target_update_interval` env steps (`tau` 1),
+   or Polyak averaging after each gradient step (`tau` < 1). With `use_per` the sampled items'
+   priorities become their TD errors, and `per_beta` rises linearly to 1 over the run.
+
+The playing network is `QNetwork` (trainer/nets/q_network.py: MLP or convolutional torso, optional
+dueling heads); it plays greedily after training (evaluate, GIFs, ONNX, the policy server).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from trainer.algos.base import Algorithm, Progress, Setup
+from trainer.algos.dqn_settings import DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
+from trainer.algos.replay import ReplayBuffer, replay_state, restore_replay
+from trainer.algos.target_network import frozen_copy, polyak
+from trainer.nets.q_network import QNetwork
+
+
+class DQN(Algorithm):
+    summary = DQN_SUMMARY
+    keys = DQNKeys
+    metric_names = DQN_METRICS
+    replay = True
+    check_config = staticmethod(check_dqn)
+
+    def __init__(self, setup: Setup):
+        super().__init__(setup)
+        config, device = setup.config, setup.device
+        if setup.reduce_mean is not None:
+            raise ValueError(
+                "algo dqn learns in one process: its replay buffer is not shared between ranks; "
+                "run it without nproc_per_node / a cluster (or use algo ppo there)"
+            )
+        spec = {**setup.policy_spec, "network": "q", "dueling": config.dueling}
+        self.policy = QNetwork(spec).to(device)
+        self.target = frozen_copy(self.policy)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.buffer = ReplayBuffer(
+            config.buffer_size,
+            config.num_envs,
+            tuple(spec["obs_shape"]),
+            (),
+            torch.int64,
+            device,
+            config.gamma,
+            config.n_step,
+            config.use_per,
+            config.per_alpha,
+        )
+        self.steps_per_update = config.num_envs * config.num_steps
+        self.last_target_copy = 0  # env steps (this process) at the last hard copy
+        self.epsilon = config.exploration_initial_eps
+
+    # -- 1. acting ------------------------------------------------------------------------------
+
+    def epsilon_at(self, step: int) -> float:
+        config = self.setup.config
+        decay_steps = config.exploration_fraction * config.total_timesteps
+        progress = min(1.0, step / decay_steps) if decay_steps > 0 else 1.0
+        start, end = config.exploration_initial_eps, config.exploration_final_eps
+        return start + progress * (end - start)
+
+    @torch.no_grad()
+    def collect(self, obs: Tensor, progress: Progress) -> Tensor:
+        setup, num_envs = self.setup, self.setup.config.num_envs
+        generator, device = setup.generator, setup.device
+        for t in range(setup.config.num_steps):
+            self.epsilon = self.epsilon_at(progress.global_step + t * num_envs)
+            greedy = self.policy(obs).argmax(-1)
+            random = torch.randint(self.policy.action_size, (num_envs,), generator=generator, device=device)
+            explore = torch.rand(num_envs, generator=generator, device=device) < self.epsilon
+            actions = torch.where(explore, random, greedy)
+            next_obs, reward, terminated, truncated, info = setup.env.step(actions)
+            self.buffer.add(obs, actions, reward, info["final_obs"], terminated, truncated)
+            obs = next_obs
+        return obs
+
+    # -- 2. learning ----------------------------------------------------------------------------
+
+    def update(self, progress: Progress) -> dict:
+        config = self.setup.config
+        steps_done = progress.global_step + self.steps_per_update
+        metrics = {"buffer_size": self.buffer.size, "epsilon": self.epsilon, "gradient_steps": 0}
+        if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
+            return metrics
+        for group in self.optimizer.param_groups:
+            group["lr"] = progress.learning_rate
+        beta = config.per_beta + (1.0 - config.per_beta) * min(1.0, progress.update / progress.num_updates)
+        totals = torch.zeros(3, device=self.setup.device)  # loss, mean Q, mean |TD error|
+        for _ in range(config.gradient_steps):
+            batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)
+            with torch.no_grad():
+                next_q = self.target(batch.next_obs)
+                if config.double_q:
+                    next_value = next_q.gather(1, self.policy(batch.next_obs).argmax(-1, keepdim=True)).squeeze(1)
+                else:
+                    next_value = next_q.max(-1).values
+                target = batch.returns + batch.discounts * next_value
+            q = self.policy(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+            td_error = q - target
+            loss = (batch.weights * td_error.square()).mean()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.buffer.update_priorities(batch.indices, td_error)
+            if config.tau < 1.0:
+                polyak(self.target, self.policy, config.tau)
+            totals += torch.stack((loss.detach(), q.detach().mean(), td_error.detach().abs().mean()))
+        if config.tau >= 1.0 and steps_done - self.last_target_copy >= config.target_update_interval:
+            self.target.load_state_dict(self.policy.state_dict())
+            self.last_target_copy = steps_done
+        loss, q_mean, td_mean = (totals / config.gradient_steps).tolist()
+        return {
+            **metrics,
+            "value_loss": loss,
+            "q_value_mean": q_mean,
+            "td_error_mean": td_mean,
+            "gradient_steps": config.gradient_steps,
+        }
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return {
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "last_target_copy": self.last_target_copy,
+            "epsilon": self.epsilon,
+            **replay_state(self.buffer, self.setup.config.save_buffer),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.last_target_copy = int(state["last_target_copy"])
+        self.epsilon = float(state["epsilon"])
+        restore_replay(self.buffer, state, self.setup.log)

@@ -1,0 +1,221 @@
+"""The replay buffer of DQN and SAC, made for batched envs: a ring of tensors on the learner's
+device, written one step of every env at a time.
+
+Storage is `rows` x `num_envs`: row t holds step t of every env (obs, action, reward, the
+observation the step led to, terminated, done), so `add` is one indexed write per field and never
+loops over envs. The observation a step led to is the env's `info["final_obs"]`: for an episode cut
+by a time limit (truncated) that is the state to bootstrap from, not the next episode's first.
+
+Sampling picks (row, env) items, uniformly or in proportion to priority^alpha (a `SumTree`; new
+items get the largest priority seen). An item's n-step window is its env's next `n_step` rows,
+cut at the first episode end:
+
+    returns   = sum_{k <= last} gamma^k r_{t+k}
+    next_obs  = the observation step t+last led to
+    discounts = gamma^(last+1), or 0 when step t+last terminated the episode
+
+so a learner's target is `returns + discounts * V(next_obs)`. The newest n_step - 1 rows are not
+sampled until their windows are complete (their priority stays 0 until then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from trainer.algos.sum_tree import SumTree
+
+PRIORITY_EPSILON = 1e-6  # keeps every stored item drawable
+
+
+@dataclass
+class ReplayBatch:
+    obs: Tensor  # (B, *obs_shape)
+    actions: Tensor  # (B, *action_shape)
+    returns: Tensor  # (B,) discounted reward sum of the n-step window
+    next_obs: Tensor  # (B, *obs_shape) the observation after the window
+    discounts: Tensor  # (B,) gamma^steps, 0 after a termination
+    weights: Tensor  # (B,) importance-sampling weights (ones when uniform)
+    indices: Tensor  # (B,) int64 items, for update_priorities
+
+
+def buffer_bytes(capacity: int, num_envs: int, obs_shape: tuple, action_shape: tuple, action_bytes: int) -> int:
+    """Memory of a ReplayBuffer of these sizes (the preflight estimate): two observations, an
+    action, a reward and two flags per transition, plus the sum tree's float64 nodes."""
+    rows = capacity // num_envs
+    items = rows * num_envs
+    obs_values = 1
+    for size in obs_shape:
+        obs_values *= int(size)
+    action_values = 1
+    for size in action_shape:
+        action_values *= int(size)
+    leaves = 1 << max(1, (items - 1).bit_length())
+    return items * (2 * 4 * obs_values + action_bytes * action_values + 4 + 2) + 2 * leaves * 8
+
+
+class ReplayBuffer:
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        device: torch.device | str,
+        gamma: float,
+        n_step: int = 1,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+    ):
+        self.num_envs, self.gamma, self.n_step, self.alpha = num_envs, gamma, n_step, alpha
+        self.rows = capacity // num_envs
+        if self.rows < n_step + 1:
+            raise ValueError(f"a replay buffer of {capacity} transitions holds too few steps of {num_envs} envs")
+
+        def storage(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+            return torch.zeros((self.rows, num_envs, *shape), dtype=dtype, device=device)
+
+        self.obs = storage(*obs_shape)
+        self.next_obs = storage(*obs_shape)
+        self.actions = storage(*action_shape, dtype=action_dtype)
+        self.rewards = storage()
+        self.terminated = storage(dtype=torch.bool)
+        self.done = storage(dtype=torch.bool)
+        self.position = 0  # the row the next add writes
+        self.rows_filled = 0
+        self.tree = SumTree(self.rows * num_envs, device) if prioritized else None
+        self.max_priority = 1.0
+        self.env_index = torch.arange(num_envs, device=device)
+        self.window = torch.arange(n_step, device=device)
+        self.discount_powers = gamma ** torch.arange(n_step + 1, dtype=torch.float32, device=device)
+
+    @property
+    def size(self) -> int:
+        """Transitions stored."""
+        return self.rows_filled * self.num_envs
+
+    @property
+    def sampleable_rows(self) -> int:
+        return max(0, self.rows_filled - (self.n_step - 1))
+
+    def can_sample(self, batch_size: int) -> bool:
+        return self.sampleable_rows * self.num_envs >= batch_size
+
+    def add(
+        self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor, truncated: Tensor
+    ) -> None:
+        """One step of every env: (N, ...) tensors; next_obs is the step's `info["final_obs"]`."""
+        row = self.position
+        self.obs[row] = obs
+        self.actions[row] = actions
+        self.rewards[row] = rewards
+        self.next_obs[row] = next_obs
+        self.terminated[row] = terminated
+        self.done[row] = terminated | truncated
+        self.position = (row + 1) % self.rows
+        self.rows_filled = min(self.rows_filled + 1, self.rows)
+        if self.tree is not None:
+            self.tree.set(self._row_items(row), torch.zeros(self.num_envs))  # its window is not complete
+            if self.rows_filled >= self.n_step:  # the row whose window this step completes
+                complete = (row - (self.n_step - 1)) % self.rows
+                self.tree.set(self._row_items(complete), torch.full((self.num_envs,), self.max_priority**self.alpha))
+
+    def _row_items(self, row: int) -> Tensor:
+        return row * self.num_envs + self.env_index
+
+    def sample(self, batch_size: int, generator: torch.Generator, beta: float = 0.4) -> ReplayBatch:
+        device = self.obs.device
+        if self.tree is None:
+            oldest = (self.position - self.rows_filled) % self.rows
+            rows = (
+                oldest + torch.randint(self.sampleable_rows, (batch_size,), generator=generator, device=device)
+            ) % self.rows
+            envs = torch.randint(self.num_envs, (batch_size,), generator=generator, device=device)
+            indices = rows * self.num_envs + envs
+            weights = torch.ones(batch_size, device=device)
+        else:
+            total = self.tree.total
+            # Stratified: one draw from each of batch_size equal slices of the total.
+            slices = torch.arange(batch_size, device=device, dtype=torch.float64)
+            slices += torch.rand(batch_size, generator=generator, device=device, dtype=torch.float64)
+            indices = self.tree.find(slices * (total / batch_size))
+            probabilities = self.tree.get(indices) / total
+            weights = (self.sampleable_rows * self.num_envs * probabilities) ** -beta
+            weights = (weights / weights.max()).float()
+            rows, envs = indices // self.num_envs, indices % self.num_envs
+        return self._windows(rows, envs, indices, weights)
+
+    def _windows(self, rows: Tensor, envs: Tensor, indices: Tensor, weights: Tensor) -> ReplayBatch:
+        """The n-step returns, last observations and discounts of the items (row, env)."""
+        window_rows = (rows.unsqueeze(1) + self.window) % self.rows  # (B, n)
+        window_envs = envs.unsqueeze(1).expand_as(window_rows)
+        rewards = self.rewards[window_rows, window_envs]
+        done = self.done[window_rows, window_envs].float()
+        # Step k counts while no earlier step of the window ended the episode.
+        alive = torch.cat((torch.ones_like(done[:, :1]), torch.cumprod(1.0 - done[:, :-1], 1)), 1)
+        returns = (rewards * alive * self.discount_powers[: self.n_step]).sum(1)
+        last = alive.sum(1).long() - 1
+        last_rows = window_rows.gather(1, last.unsqueeze(1)).squeeze(1)
+        ended = self.terminated[last_rows, envs]
+        discounts = self.discount_powers[last + 1] * (~ended).float()
+        return ReplayBatch(
+            obs=self.obs[rows, envs],
+            actions=self.actions[rows, envs],
+            returns=returns,
+            next_obs=self.next_obs[last_rows, envs],
+            discounts=discounts,
+            weights=weights,
+            indices=indices,
+        )
+
+    def update_priorities(self, indices: Tensor, errors: Tensor) -> None:
+        """Prioritised buffers: the items' new priorities from their absolute TD errors."""
+        if self.tree is None:
+            return
+        priorities = errors.detach().abs().double() + PRIORITY_EPSILON
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.tree.set(indices, priorities**self.alpha)
+
+    def state_dict(self) -> dict:
+        state = {name: getattr(self, name) for name in ("obs", "next_obs", "actions", "rewards", "terminated", "done")}
+        state.update(position=self.position, rows_filled=self.rows_filled, max_priority=self.max_priority)
+        if self.tree is not None:
+            state["tree"] = self.tree.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in ("obs", "next_obs", "actions", "rewards", "terminated", "done"):
+            saved = state[name]
+            if tuple(saved.shape) != tuple(getattr(self, name).shape):
+                raise ValueError(
+                    f"the saved replay buffer's {name} has shape {tuple(saved.shape)}, this run's "
+                    f"{tuple(getattr(self, name).shape)} (buffer_size or num_envs changed)"
+                )
+            getattr(self, name).copy_(saved)
+        self.position, self.rows_filled = int(state["position"]), int(state["rows_filled"])
+        self.max_priority = float(state["max_priority"])
+        if self.tree is not None and "tree" in state:
+            self.tree.load_state_dict(state["tree"])
+
+
+def replay_state(buffer: ReplayBuffer, save: bool) -> dict:
+    """The buffer's part of an algorithm's state_dict: all of it (`save_buffer`), or how much is lost."""
+    if save:
+        return {"replay": buffer.state_dict()}
+    return {"replay": None, "replay_transitions_not_saved": buffer.size}
+
+
+def restore_replay(buffer: ReplayBuffer, state: dict, log: Callable[[str], None]) -> None:
+    """Take the buffer back from a checkpoint; one that was not saved is said in the run's log."""
+    if state.get("replay") is not None:
+        buffer.load_state_dict(state["replay"])
+        return
+    lost = int(state.get("replay_transitions_not_saved", 0))
+    log(
+        f"resumed without the replay buffer (save_buffer: false): the {lost:_} transitions it held are lost, "
+        f"so the resume is not exact; it refills from new steps"
+    )
