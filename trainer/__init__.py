@@ -1,4 +1,4 @@
-"""RL Studio's training engine: PPO / A2C (or any registered algorithm) on batched environments,
+"""RL Studio's training engine: PPO / A2C / DQN / SAC (or any registered algorithm) on batched environments,
 headless or in the studio.
 
     from trainer import PPO
@@ -19,11 +19,13 @@ else is imported when a name is used.
 
 from __future__ import annotations
 
-from trainer.algos import registry as _registry  # noqa: F401 (registers ppo and a2c)
+from trainer.algos import registry as _registry  # noqa: F401 (registers ppo, a2c, dqn, sac)
 
 __all__ = [
     "PPO",
     "A2C",
+    "DQN",
+    "SAC",
     "api_class",
     "load_model",
     "load_config",
@@ -36,6 +38,8 @@ __all__ = [
 _LOCATIONS = {
     "PPO": "trainer.api",
     "A2C": "trainer.api",
+    "DQN": "trainer.api",
+    "SAC": "trainer.api",
     "api_class": "trainer.api",
     "load_model": "trainer.run.checkpoint",
     "CheckpointError": "trainer.run.checkpoint",

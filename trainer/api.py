@@ -23,7 +23,7 @@ metrics.jsonl, train.log, checkpoints, GIFs, a final model after each `learn`).
 env, optimiser, counters and random streams carry on, and with `anneal_lr` the learning rate
 decays over the new horizon (steps so far + total_timesteps) from where it is.
 
-Every registered algorithm (trainer/algos/registry.py) has a class: `PPO` and `A2C` here, any
+Every registered algorithm (trainer/algos/registry.py) has a class: `PPO`, `A2C`, `DQN` and `SAC` here, any
 other from `api_class("name")`; `Model.load(path)` gives the class of the algorithm the file names.
 """
 
@@ -57,7 +57,7 @@ Callback = Callable[[dict, "Model"], "bool | None"]
 
 class Model:
     """An algorithm trained from Python on any env the studio can train. `PPO`, `A2C` and the
-    classes of `api_class` each train one `algo`; `Model.load` takes it from the file."""
+    classes of `api_class` each train one `algo` (DQN and SAC too); `Model.load` takes it from the file."""
 
     algo: str | None = None
 
@@ -65,7 +65,7 @@ class Model:
         """env: see the module docstring. run_dir: None (nothing written) or a run folder.
         verbose: 1 prints the `[STEP n] ...` log lines. settings: YAML keys (`num_envs=128`)."""
         if type(self).algo is None:
-            raise TypeError("Model trains no algorithm of its own: use PPO, A2C or api_class(name)")
+            raise TypeError("Model trains no algorithm of its own: use PPO, A2C, DQN, SAC or api_class(name)")
         settings = self._settings(settings)
         env_factory = None
         if isinstance(env, str):
@@ -277,15 +277,28 @@ class A2C(Model):
     algo = "a2c"
 
 
+class DQN(Model):
+    """Deep Q-learning (algo dqn) from a replay buffer: double Q, dueling heads, n-step, prioritised replay."""
+
+    algo = "dqn"
+
+
+class SAC(Model):
+    """Soft Actor-Critic (algo sac) for continuous actions: twin Q, target networks, entropy tuning."""
+
+    algo = "sac"
+
+
+BUILT_IN: dict[str, type[Model]] = {cls.algo: cls for cls in (PPO, A2C, DQN, SAC)}
 _CLASSES: dict[object, type[Model]] = {}  # by registration: a name registered again gets a class of its own
 
 
 def api_class(algo: str) -> type[Model]:
     """The class that trains a registered algorithm: `api_class("reinforce")("cartpole").learn(...)`
-    (PPO and A2C for theirs). ValueError for a name that is not registered."""
+    (PPO, A2C, DQN and SAC for theirs). ValueError for a name that is not registered."""
     found = registration(algo)
-    if found.name in ("ppo", "a2c"):
-        return PPO if found.name == "ppo" else A2C
+    if found.name in BUILT_IN:
+        return BUILT_IN[found.name]
     if found not in _CLASSES:
         _CLASSES[found] = type(
             found.class_name,

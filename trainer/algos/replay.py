@@ -15,7 +15,8 @@ cut at the first episode end:
     discounts = gamma^(last+1), or 0 when step t+last terminated the episode
 
 so a learner's target is `returns + discounts * V(next_obs)`. The newest n_step - 1 rows are not
-sampled until their windows are complete (their priority stays 0 until then).
+sampled until their windows are complete (their priority stays 0 until then). Its memory is
+estimated before a run starts by trainer/config/preflight.py's `replay_bytes`, from this layout.
 """
 
 from __future__ import annotations
@@ -40,21 +41,6 @@ class ReplayBatch:
     discounts: Tensor  # (B,) gamma^steps, 0 after a termination
     weights: Tensor  # (B,) importance-sampling weights (ones when uniform)
     indices: Tensor  # (B,) int64 items, for update_priorities
-
-
-def buffer_bytes(capacity: int, num_envs: int, obs_shape: tuple, action_shape: tuple, action_bytes: int) -> int:
-    """Memory of a ReplayBuffer of these sizes (the preflight estimate): two observations, an
-    action, a reward and two flags per transition, plus the sum tree's float64 nodes."""
-    rows = capacity // num_envs
-    items = rows * num_envs
-    obs_values = 1
-    for size in obs_shape:
-        obs_values *= int(size)
-    action_values = 1
-    for size in action_shape:
-        action_values *= int(size)
-    leaves = 1 << max(1, (items - 1).bit_length())
-    return items * (2 * 4 * obs_values + action_bytes * action_values + 4 + 2) + 2 * leaves * 8
 
 
 class ReplayBuffer:

@@ -54,7 +54,18 @@ def estimated_bytes(config: TrainConfig, observation_space, action_space) -> int
     per_sample = (obs_floats + action_floats + FLOATS_PER_SAMPLE) * 4
     rollout = config.num_steps * config.num_envs * per_sample * COPIES_OF_THE_BATCH
     envs = config.num_envs * obs_floats * 4 * ENV_STATE_COPIES
+    if "buffer_size" in config.algo_settings:  # DQN, SAC: the replay buffer, not a rollout
+        return int(replay_bytes(config.buffer_size, config.num_envs, obs_floats, action_floats) + envs)
     return int(rollout + envs)
+
+
+def replay_bytes(capacity: int, num_envs: int, obs_floats: int, action_floats: int) -> int:
+    """The replay buffer of trainer/algos/replay.py: per transition two float32 observations (the
+    step's and the one it led to), an action (8 bytes a value at most), a float32 reward and two
+    flags; with prioritised replay a sum tree of float64 nodes (counted always: it is small)."""
+    items = capacity // num_envs * num_envs
+    leaves = 1 << max(1, (items - 1).bit_length())
+    return items * (2 * 4 * obs_floats + 8 * action_floats + 4 + 2) + 2 * leaves * 8
 
 
 def free_bytes(device: str) -> tuple[int, str]:
@@ -111,6 +122,12 @@ def check_run_fits(config: TrainConfig) -> None:
     free, where = free_bytes(config.device)
     if needed > MEMORY_SHARE * free:
         obs_floats = math.prod(observation_space.shape or (1,))
+        if "buffer_size" in config.algo_settings:
+            raise ConfigError(
+                f"buffer_size {config.buffer_size:_} transitions of {obs_floats:_} observation values need about "
+                f"{needed / 2**30:.1f} GiB, but {where} has {free / 2**30:.1f} GiB free. Lower buffer_size "
+                f"(a run may plan on {MEMORY_SHARE:.0%} of the free memory)"
+            )
         raise ConfigError(
             f"num_envs x num_steps = {config.num_envs:_} x {config.num_steps:_} samples of {obs_floats:_} "
             f"observation values need about {needed / 2**30:.1f} GiB, but {where} has {free / 2**30:.1f} GiB "

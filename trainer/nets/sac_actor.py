@@ -42,7 +42,17 @@ class SquashedGaussianActor(PlayingNetwork):
     def __init__(self, spec: dict):
         super().__init__(spec)
         if self.discrete:
-            raise ModelError("SAC's actor needs continuous actions (a Box); for discrete actions use algo dqn or ppo")
+            raise ModelError(
+                f"algo sac needs continuous actions (a Box), but this env's actions are discrete "
+                f"({self.action_size} choices); use algo dqn or ppo for it"
+            )
+        bounds = torch.tensor([*spec["action"]["low"], *spec["action"]["high"]])
+        if not torch.isfinite(bounds).all():
+            raise ModelError(
+                f"algo sac squashes its actions into the env's bounds, but they are not finite (low "
+                f"{spec['action']['low']}, high {spec['action']['high']}); give the env finite action bounds "
+                f"(a wrapper in `wrappers`, e.g. one built on gymnasium.wrappers.RescaleAction), or use algo ppo"
+            )
         self.body, features = body(spec, nn.ReLU)
         self.mean = nn.Linear(features, self.action_size)
         self.log_std = nn.Linear(features, self.action_size)
