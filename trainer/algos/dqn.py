@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from trainer.algos.adam import Adam
 from trainer.algos.base import Algorithm, Progress, Setup
 from trainer.algos.dqn_settings import DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
 from trainer.algos.replay import ReplayBuffer, replay_state, restore_replay
@@ -47,7 +48,7 @@ class DQN(Algorithm):
         spec = {**setup.policy_spec, "network": "q", "dueling": config.dueling}
         self.policy = QNetwork(spec).to(device)
         self.target = frozen_copy(self.policy)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.optimizer = Adam(self.policy)  # trainer/algos/adam.py: one flat vector, one step
         self.buffer = ReplayBuffer(
             config.buffer_size,
             config.num_envs,
@@ -96,8 +97,6 @@ class DQN(Algorithm):
         metrics = {"buffer_size": self.buffer.size, "epsilon": self.epsilon, "gradient_steps": 0}
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
             return metrics
-        for group in self.optimizer.param_groups:
-            group["lr"] = progress.learning_rate
         beta = config.per_beta + (1.0 - config.per_beta) * min(1.0, progress.update / progress.num_updates)
         totals = torch.zeros(3, device=self.setup.device)  # loss, mean Q, mean |TD error|
         for _ in range(config.gradient_steps):
@@ -112,9 +111,9 @@ class DQN(Algorithm):
             q = self.policy(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
             td_error = q - target
             loss = (batch.weights * td_error.square()).mean()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()
             loss.backward()
-            self.optimizer.step()
+            self.optimizer.step(progress.learning_rate)
             self.buffer.update_priorities(batch.indices, td_error)
             if config.tau < 1.0:
                 polyak(self.target, self.policy, config.tau)
