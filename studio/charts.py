@@ -206,16 +206,29 @@ def reward_figure(
 
 
 def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str = "steps") -> dict:
-    """Small charts of episode length, explained variance, losses, entropy, KL, speed and clip fraction."""
+    """The small charts under the main chart: one per diagnostics chart of the metric registry
+    (DIAGNOSTICS) whose metric has at least one value in `sources`, in the registry's order,
+    DIAGNOSTIC_COLUMNS a row. So each run shows its algorithm's own: PPO its episode length,
+    explained variance, losses, entropy, KL, speed and clip fraction; DQN its Q-values, TD error,
+    epsilon and replay buffer; SAC its entropy coefficient; runs of several algorithms overlaid
+    (the Runs tab) the union. `height` is that of two rows (a row more or less scales it)."""
     x_key, x_scale, x_title = _x_axis(sources, x if x in CHART_X_AXES else "steps")
-    data = []
+    series = [[metric_series(source.metrics, key, x_key) for key, _ in DIAGNOSTICS] for source in sources]
+    shown = tuple(position for position in range(len(DIAGNOSTICS)) if any(len(found[position][0]) for found in series))
     overlay = len(sources) > 1
+    rows = math.ceil(len(shown) / DIAGNOSTIC_COLUMNS) or 2  # waiting: the usual two rows' room
+    margin = {"l": 45, "r": 15, "t": 60 if overlay else 40, "b": 35}
+    layout = base_layout(round(height * rows / 2), margin=margin)
+    if not shown:
+        show_waiting(layout, WAITING_TEXT)
+        return {"data": [], "layout": layout}
+    data = []
     for number, source in enumerate(sources):
         color = PALETTE[number % len(PALETTE)]
-        for position, (key, _title) in enumerate(DIAGNOSTICS):
-            xs, values = metric_series(source.metrics, key, x_key)
+        for panel, position in enumerate(shown):
+            xs, values = series[number][position]
             xs, values = downsample(xs / x_scale, values, MAX_POINTS_DIAGNOSTIC)
-            suffix = "" if position == 0 else str(position + 1)
+            suffix = "" if panel == 0 else str(panel + 1)
             data.append(
                 line(
                     xs,
@@ -224,16 +237,12 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
                     color,
                     width=1.8,
                     legendgroup=source.label,
-                    showlegend=overlay and position == 0,
+                    showlegend=overlay and panel == 0,
                     xaxis=f"x{suffix}",
                     yaxis=f"y{suffix}",
                 )
             )
-    layout = base_layout(height, margin={"l": 45, "r": 15, "t": 60 if overlay else 40, "b": 35})
-    if not any(trace["x"] for trace in data):
-        show_waiting(layout, WAITING_TEXT)
-        return {"data": data, "layout": layout}
-    layout.update(copy.deepcopy(_diagnostics_grid()))
+    layout.update(copy.deepcopy(_diagnostics_grid(tuple(DIAGNOSTICS[position][1] for position in shown))))
     if x == "time":
         for name in list(layout):
             if name.startswith("xaxis"):
@@ -246,18 +255,19 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
 # ----------------------------------------------------------------------------- pieces
 
 
-@functools.lru_cache(maxsize=1)
-def _diagnostics_grid() -> dict:
-    """Axes domains and subplot titles of the 2 x 4 grid (computed once by plotly)."""
+@functools.lru_cache(maxsize=32)
+def _diagnostics_grid(titles: tuple[str, ...]) -> dict:
+    """Axes domains and subplot titles of a grid of small charts with these titles, DIAGNOSTIC_COLUMNS
+    a row (computed by plotly once per set of charts: an algorithm's, or a comparison's union)."""
     from plotly.subplots import make_subplots
 
-    rows = math.ceil(len(DIAGNOSTICS) / DIAGNOSTIC_COLUMNS)
+    rows = math.ceil(len(titles) / DIAGNOSTIC_COLUMNS)
     grid = make_subplots(
         rows=rows,
         cols=DIAGNOSTIC_COLUMNS,
-        subplot_titles=[t for _, t in DIAGNOSTICS],
+        subplot_titles=list(titles),
         horizontal_spacing=0.07,
-        vertical_spacing=0.2,
+        vertical_spacing=0.4 / rows,  # the gap of a 2-row grid (0.2) in pixels, as the height grows by rows
     ).to_dict()["layout"]
     grid.pop("template", None)
     for annotation in grid.get("annotations", []):
@@ -265,6 +275,8 @@ def _diagnostics_grid() -> dict:
     for name in list(grid):
         if name.startswith("xaxis"):
             grid[name]["tickformat"] = "~s"
+    for cell in range(len(titles) + 1, rows * DIAGNOSTIC_COLUMNS + 1):  # the last row's empty cells: no axes
+        grid[f"xaxis{cell}"]["visible"] = grid[f"yaxis{cell}"]["visible"] = False
     return grid
 
 

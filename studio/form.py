@@ -4,7 +4,8 @@
 names the others and why. A test checks the two together cover every TrainConfig key, so a
 new trainer option cannot silently go missing from the studio. An algorithm's own keys (those of
 the algorithms registered when this module is imported) are shown only while it is chosen
-(`visible_fields`), and only the chosen one's go into the config.
+(`visible_fields`; a group of them, its title too: `visible_groups`), and only the chosen one's
+go into the config.
 
 Nothing here imports gradio: `studio.ui` turns each FormField into a component.
 """
@@ -84,6 +85,12 @@ def visible_fields(algo: Any) -> list[bool]:
 def advanced_groups() -> list[tuple[str, list[FormField]]]:
     """ADVANCED_FIELDS under their group titles, in STUDIO_GROUPS order."""
     return [(title, [f for f in ADVANCED_FIELDS if f.group == title]) for title in STUDIO_GROUPS[1:]]
+
+
+def visible_groups(algo: Any) -> list[bool]:
+    """Whether each advanced_groups() group shows while `algo` is chosen: while one of its fields
+    does (the "DQN" group, title and all, only for dqn)."""
+    return [any(form_field.shown_for(algo) for form_field in group) for _, group in advanced_groups()]
 
 
 class FormError(ValueError):
@@ -236,5 +243,6 @@ __all__ = [
     "tuned_config",
     "validated_config",
     "visible_fields",
+    "visible_groups",
     "yaml_from_config",
 ]

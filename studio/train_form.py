@@ -24,6 +24,7 @@ from studio.form import (
     tuned_config,
     validated_config,
     visible_fields,
+    visible_groups,
     yaml_from_config,
 )
 from studio.handlers import PRIVATE, USER_ERRORS, Handlers, bold_message
@@ -117,6 +118,8 @@ class FormPanel:
     """The form's components."""
 
     controls: dict[str, Any]  # config key -> its control
+    # The Advanced part's groups (title and rows) and rows, each with its fields: shown while one is
+    sections: list[tuple[gr.Column | gr.Row, tuple[FormField, ...]]]
     batch_info: gr.Markdown
     load_run_button: gr.Button
     yaml_box: gr.Code
@@ -138,19 +141,25 @@ def build_form(default_values: dict[str, Any], devices: Sequence[str], env_choic
         controls[form_field.key] = _form_component(form_field, default_values[form_field.key], devices, env_choices)
     batch_info = gr.Markdown(views.batch_note(*(default_values[key] for key in BATCH_KEYS)), elem_id="batch-note")
     load_run_button = gr.Button("Load the shown run's settings", size="sm", elem_id="load-run-settings")
+    sections: list[tuple[gr.Column | gr.Row, tuple[FormField, ...]]] = []
+    algo = default_values["algo"]
     with gr.Accordion("Advanced", open=False, elem_id="advanced"):
-        for title, group in advanced_groups():
-            gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
-            for pair in (group[i : i + 2] for i in range(0, len(group), 2)):
-                with gr.Row():
-                    for form_field in pair:
-                        controls[form_field.key] = _form_component(
-                            form_field,
-                            default_values[form_field.key],
-                            devices,
-                            env_choices,
-                            visible=form_field.shown_for(default_values["algo"]),
-                        )
+        for (title, group), shown in zip(advanced_groups(), visible_groups(algo)):
+            group_id = "group-" + "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split())
+            with gr.Column(visible=shown, elem_id=group_id) as column:  # "DQN", title and all, only for dqn
+                sections.append((column, tuple(group)))
+                gr.Markdown(f"**{title}**", elem_classes=["field-group-title"])
+                for pair in (tuple(group[i : i + 2]) for i in range(0, len(group), 2)):
+                    with gr.Row(visible=any(form_field.shown_for(algo) for form_field in pair)) as row:
+                        sections.append((row, pair))  # no empty row's gap where PPO's keys were
+                        for form_field in pair:
+                            controls[form_field.key] = _form_component(
+                                form_field,
+                                default_values[form_field.key],
+                                devices,
+                                env_choices,
+                                visible=form_field.shown_for(algo),
+                            )
     with gr.Accordion("YAML config", open=False, elem_id="yaml-section"):
         yaml_box = gr.Code(language="yaml", lines=12, label="Paste a config, or export the form", elem_id="yaml-box")
         with gr.Row():
@@ -162,6 +171,7 @@ def build_form(default_values: dict[str, Any], devices: Sequence[str], env_choic
         export_file = gr.File(label="Exported config", visible=False, interactive=False)
     return FormPanel(
         controls,
+        sections,
         batch_info,
         load_run_button,
         yaml_box,
@@ -178,12 +188,15 @@ def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, mess
     controls["env_name"].input(handlers.on_env_change, controls["env_name"], [*form_inputs, message], **PRIVATE)
     for key in BATCH_KEYS:
         controls[key].change(views.batch_note, [controls[k] for k in BATCH_KEYS], form.batch_info, **PRIVATE)
-    # An algorithm's own keys show while it is chosen (studio/form.py visible_fields).
+
+    # An algorithm's own keys show while it is chosen, and a group or row while one of its keys
+    # does (studio/form.py visible_fields).
+    def show_for(algo: str) -> list:
+        sections = [any(form_field.shown_for(algo) for form_field in fields) for _, fields in form.sections]
+        return [gr.update(visible=shown) for shown in visible_fields(algo) + sections]
+
     controls["algo"].change(
-        lambda algo: [gr.update(visible=shown) for shown in visible_fields(algo)],
-        controls["algo"],
-        form_inputs,
-        **PRIVATE,
+        show_for, controls["algo"], [*form_inputs, *(section for section, _ in form.sections)], **PRIVATE
     )
     # A message about the form (an error, "Filled the form ...") goes stale once a field is
     # edited: cleared in the browser, no server round trip.

@@ -63,7 +63,7 @@ CSS = """
 .log-title {font-weight: 600; font-size: 0.9em; margin-bottom: 4px}
 .field-group-title p {margin: 10px 0 0 0; font-size: 0.95em}
 #batch-note p {margin: 2px 0; font-size: 0.85em; color: var(--body-text-color-subdued)}
-/* A phone (390 px): the 2 x 4 diagnostics grid keeps a width where its titles fit, and scrolls
+/* A phone (390 px): the diagnostics grid (4 charts a row) keeps a width where its titles fit, and scrolls
    sideways inside its box instead of squeezing them into one another. */
 @media (max-width: 720px) {
   #diagnostics-plot, #runs-diagnostics-plot {overflow-x: auto}

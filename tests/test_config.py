@@ -127,7 +127,7 @@ def test_wrong_type_and_range_name_key_value_and_rule():
 
 
 def test_several_problems_are_listed_together():
-    message = error_of({"num_envs": 0, "gamma": 7, "algo": "dqn"})
+    message = error_of({"num_envs": 0, "gamma": 7, "algo": "dqm"})
     assert "3 problems" in message and "num_envs" in message and "gamma" in message and "algo" in message
 
 

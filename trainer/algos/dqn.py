@@ -24,7 +24,7 @@ from torch import Tensor
 
 from trainer.algos.adam import Adam
 from trainer.algos.base import Algorithm, Progress, Setup
-from trainer.algos.dqn_settings import DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
+from trainer.algos.dqn_settings import DQN_LEARNED_METRICS, DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
 from trainer.algos.replay import ReplayBuffer, replay_state, restore_replay
 from trainer.algos.target_network import frozen_copy, polyak
 from trainer.nets.q_network import QNetwork
@@ -98,7 +98,7 @@ class DQN(Algorithm):
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
             return metrics
         beta = config.per_beta + (1.0 - config.per_beta) * min(1.0, progress.update / progress.num_updates)
-        totals = torch.zeros(3, device=self.setup.device)  # loss, mean Q, mean |TD error|
+        totals = torch.zeros(3, device=self.setup.device)  # DQN_LEARNED_METRICS: loss, mean Q, mean |TD error|
         for _ in range(config.gradient_steps):
             batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)
             with torch.no_grad():
@@ -121,14 +121,8 @@ class DQN(Algorithm):
         if config.tau >= 1.0 and steps_done - self.last_target_copy >= config.target_update_interval:
             self.target.load_state_dict(self.policy.state_dict())
             self.last_target_copy = steps_done
-        loss, q_mean, td_mean = (totals / config.gradient_steps).tolist()
-        return {
-            **metrics,
-            "value_loss": loss,
-            "q_value_mean": q_mean,
-            "td_error_mean": td_mean,
-            "gradient_steps": config.gradient_steps,
-        }
+        learned = dict(zip(DQN_LEARNED_METRICS, (totals / config.gradient_steps).tolist(), strict=True))
+        return {**metrics, **learned, "gradient_steps": config.gradient_steps}
 
     # -- checkpoints ----------------------------------------------------------------------------
 

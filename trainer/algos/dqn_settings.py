@@ -7,14 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.algos.replay_settings import REPLAY_METRICS, ReplayKeys, check_replay
+from trainer.algos.replay_settings import ReplayKeys, check_replay
 from trainer.config.checks import Boolean, Integer, Real
 from trainer.config.keys import DQN, key
 
 DQN_SUMMARY = (
     "deep Q-learning from a replay buffer: double Q, dueling heads, n-step, prioritised replay (Mnih et al. 2015)"
 )
-DQN_METRICS = ("value_loss", *REPLAY_METRICS, "epsilon")
+DQN_LEARNED_METRICS = ("value_loss", "q_value_mean", "td_error_mean")  # means over an update's gradient steps
+DQN_METRICS = (*DQN_LEARNED_METRICS, "buffer_size", "gradient_steps", "epsilon")
 
 
 @dataclass(frozen=True)

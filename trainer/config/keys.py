@@ -219,7 +219,7 @@ class TrainConfig(AlgorithmSettings):
         Integer(maximum=2**40),
         ROLLOUT,
     )
-    gamma: float = key(0.99, "Discount factor.", Real(0.0, 1.0), PPO)
+    gamma: float = key(0.99, "Discount factor.", Real(0.0, 1.0), ROLLOUT)
     norm_obs: bool = key(
         False, "Normalise observations with running mean / std (saved in the model).", Boolean(), NORMALISATION
     )

@@ -54,7 +54,10 @@ class Metric:
 
 
 def update_metric(name: str, meaning: str, unit: str, **shown) -> Metric:
-    return Metric(name, meaning, unit, source="update", **shown)
+    """An algorithm's metric: an optional field of the metrics event, carried by the events of the
+    algorithms that compute it (their `metric_names`), so that a loss one algorithm never computes
+    is not read as "not finite" in another's run."""
+    return Metric(name, meaning, unit, source="update", **{"event": "optional", **shown})
 
 
 def exporter(name: str, meaning: str, unit: str, kind: str = "gauge", **exported) -> Metric:

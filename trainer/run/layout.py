@@ -86,9 +86,13 @@ def _setting(config: Any, name: str, default: Any = None) -> Any:
 
 
 def new_run_id(config: Any, runs_dir: str | Path) -> str:
-    """`<env>-<model>-<YYYYmmdd-HHMMSS>[-n]`, not yet taken in `runs_dir`."""
+    """`<env>-<model>-<YYYYmmdd-HHMMSS>[-n]` (`<env>-<algo>-<model>-...` for an algorithm other than
+    ppo), not yet taken in `runs_dir`."""
     env = env_label(str(_setting(config, "env_name") or "env"))
-    base = f"{env}-{safe_name(str(_setting(config, 'model_type') or 'model'))}-{time.strftime('%Y%m%d-%H%M%S')}"
+    algo = str(_setting(config, "algo") or "ppo")
+    model = safe_name(str(_setting(config, "model_type") or "model"))
+    named = f"{env}-{model}" if algo == "ppo" else f"{env}-{safe_name(algo)}-{model}"
+    base = f"{named}-{time.strftime('%Y%m%d-%H%M%S')}"
     candidate, number = base, 1
     while (Path(runs_dir) / candidate).exists():
         number += 1
