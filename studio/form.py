@@ -127,9 +127,10 @@ def form_values(config: dict) -> list[Any]:
     return values
 
 
-def tuned_config(env_name: str) -> dict:
-    """The tuned config of a built-in env (configs/<env>.yaml), else the defaults for `env_name`."""
-    return shipped_config(env_name).to_dict()
+def tuned_config(env_name: str, algo: str = "ppo") -> dict:
+    """The tuned config of `env_name` for `algo` (configs/<env>.yaml, configs/cartpole_dqn.yaml, ...),
+    else the defaults for the env and the algorithm."""
+    return shipped_config(env_name, {"algo": algo}).to_dict()
 
 
 # ----------------------------------------------------------------------------- form -> config

@@ -27,10 +27,12 @@ class HttpApi(Handlers):
     """The API's endpoints, each a plain function of JSON-able values."""
 
     def api_start(self, env_name: str = DEFAULT_ENV, settings: dict | None = None) -> dict:
-        """Start a run: the env's tuned config (configs/<env>.yaml) with `settings` on top
+        """Start a run: the env's tuned config for the algorithm `settings` names (configs/<env>.yaml
+        for ppo, configs/cartpole_dqn.yaml, ...) with `settings` on top
         (any config keys, e.g. {"total_timesteps": 50000, "num_envs": 16}). Returns the run summary."""
         try:
-            raw = merged_settings(tuned_config(env_name), settings or {})
+            algo = (settings or {}).get("algo", "ppo") if isinstance(settings, dict) else "ppo"
+            raw = merged_settings(tuned_config(env_name, str(algo)), settings or {})
             check_web_safety(raw, self.allow_custom_envs)
             state = self.start_run(config_from_dict(raw))
         except USER_ERRORS as error:

@@ -40,17 +40,18 @@ BATCH_KEYS = ("num_envs", "num_steps", "mini_batch_size", "total_timesteps")  # 
 class FormHandlers(Handlers):
     """What fills the form, and the form exported as YAML."""
 
-    def on_env_change(self, env_name: str):
-        """Fill the form from the env's tuned config (configs/<env>.yaml), or from the defaults when
-        it has none, when the env changes; the message says which of the two it was."""
+    def on_env_change(self, env_name: str, algo: str = "ppo"):
+        """Fill the form from the tuned config of the env with the chosen algorithm
+        (configs/<env>.yaml, configs/cartpole_dqn.yaml), or from the defaults when there is none,
+        when the env or the algorithm changes; the message says which of the two it was."""
         try:
-            config = tuned_config(env_name)
+            config = tuned_config(env_name, algo or "ppo")
         except USER_ERRORS as error:
             return [gr.skip()] * len(FORM_FIELDS) + [bold_message(error)]
         values = form_values(config)
-        keep = {"env_name", "device"}
+        keep = {"env_name", "device", "algo"}
         updates = [gr.skip() if form_field.key in keep else value for form_field, value in zip(FORM_FIELDS, values)]
-        return updates + [env_fill_message(env_name)]
+        return updates + [env_fill_message(env_name, algo or "ppo")]
 
     def on_load_run_settings(self, run_id: str | None):
         """The shown run's settings into the form (every field), e.g. to start a variant of it."""
@@ -104,10 +105,10 @@ class FormHandlers(Handlers):
         return text, gr.File(value=str(path), visible=True), "Exported the form as YAML (below, and as a file)."
 
 
-def env_fill_message(env_name: str) -> str:
+def env_fill_message(env_name: str, algo: str = "ppo") -> str:
     """What on_env_change filled the form with: the tuned config only where one ships, else which
     defaults (trainer.config.defaults.defaults_source says it for the CLI and the API alike)."""
-    return f"Filled the form with {defaults_source(env_name)}."
+    return f"Filled the form with {defaults_source(env_name, algo)}."
 
 
 # ----------------------------------------------------------------------------- components
@@ -185,7 +186,11 @@ def build_form(default_values: dict[str, Any], devices: Sequence[str], env_choic
 def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, message: gr.Markdown) -> None:
     """The form's events; `run_box` names the run the Train tab shows, `message` is its message box."""
     controls, form_inputs = form.controls, form.inputs
-    controls["env_name"].input(handlers.on_env_change, controls["env_name"], [*form_inputs, message], **PRIVATE)
+    # A new env or a new algorithm (chosen by the user, not filled in): its tuned settings.
+    for name in ("env_name", "algo"):
+        controls[name].input(
+            handlers.on_env_change, [controls["env_name"], controls["algo"]], [*form_inputs, message], **PRIVATE
+        )
     for key in BATCH_KEYS:
         controls[key].change(views.batch_note, [controls[k] for k in BATCH_KEYS], form.batch_info, **PRIVATE)
 
@@ -201,7 +206,7 @@ def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, mess
     # A message about the form (an error, "Filled the form ...") goes stale once a field is
     # edited: cleared in the browser, no server round trip.
     for form_field in FORM_FIELDS:
-        if form_field.key != "env_name":  # its own handler writes the message
+        if form_field.key not in ("env_name", "algo"):  # their own handler writes the message
             controls[form_field.key].input(None, None, message, js="() => ''", **PRIVATE)
     form.load_run_button.click(handlers.on_load_run_settings, run_box, [*form_inputs, message], **PRIVATE)
     form.load_yaml_button.click(handlers.on_load_yaml, form.yaml_box, [*form_inputs, message], **PRIVATE)

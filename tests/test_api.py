@@ -196,10 +196,14 @@ def test_every_registered_algorithm_has_a_class_and_model_load_picks_it(tmp_path
     from trainer import api_class
     from trainer.api import Model
 
-    assert api_class("ppo") is PPO and api_class("A2C") is A2C
-    with pytest.raises(ValueError, match="no algorithm 'dqn' is registered here; the registered ones: ppo, a2c"):
-        api_class("dqn")
-    with pytest.raises(TypeError, match="use PPO, A2C or api_class"):
+    from trainer import DQN, SAC
+
+    assert api_class("ppo") is PPO and api_class("A2C") is A2C and api_class("dqn") is DQN and api_class("sac") is SAC
+    with pytest.raises(
+        ValueError, match="no algorithm 'ddpg' is registered here; the registered ones: ppo, a2c, dqn, sac"
+    ):
+        api_class("ddpg")
+    with pytest.raises(TypeError, match="use PPO, A2C, DQN, SAC or api_class"):
         Model("cartpole")
     with A2C("cartpole", num_envs=8, num_steps=16, device="cpu") as model:
         path = model.save(tmp_path / "a2c.pth")

@@ -190,3 +190,19 @@ def test_evaluate_says_which_file_it_evaluated(tmp_path, monkeypatch):
     assert message.startswith("### ")  # the headline (the score) stays first
     assert f"Model file: `cartpole_ppo_final.pth` of **{state.run_id}**" in message
     assert evaluated and evaluated[0].endswith("cartpole_ppo_final.pth")
+
+
+def test_choosing_an_algorithm_fills_the_form_with_its_tuned_config_for_the_env(tmp_path):
+    """PPO's tuned CartPole settings (learning_rate 4e-3, 32 steps a rollout) do not train DQN:
+    picking dqn loads configs/cartpole_dqn.yaml; an env without a tuned DQN config gets DQN's defaults."""
+    from trainer.config.defaults import UNTUNED_REPLAY_DEFAULTS, read_yaml_mapping, shipped_config_path
+
+    studio = make_studio(tmp_path)
+    *updates, message = studio.on_env_change("cartpole", "dqn")
+    tuned = read_yaml_mapping(shipped_config_path("cartpole", "dqn"))
+    assert "the tuned config configs/cartpole_dqn.yaml" in message
+    assert updates[KEYS.index("learning_rate")] == float(tuned["learning_rate"])
+    assert updates[KEYS.index("algo")] == SKIP  # the user's choice stays
+    *updates, message = studio.on_env_change("Acrobot-v1", "dqn")
+    assert "the defaults for dqn (no tuned config for Acrobot-v1 with dqn)" in message
+    assert updates[KEYS.index("num_envs")] == UNTUNED_REPLAY_DEFAULTS["dqn"]["num_envs"]

@@ -72,7 +72,7 @@ class Model:
             config = shipped_config(env, settings)
         else:
             label, make_factory, fixed, action_space = wrap_env(env)
-            base = merge_settings(untuned_defaults(action_space), {"env_name": label, **fixed})
+            base = merge_settings(untuned_defaults(action_space, settings["algo"]), {"env_name": label, **fixed})
             config = config_from_dict(merge_settings(base, check_fixed(settings, fixed)))
             env_factory = make_factory(config)
         self.config: TrainConfig = config

@@ -24,38 +24,62 @@ from trainer.config.validation import config_from_dict
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"  # the shipped, tuned configs
 
 
-def shipped_config_path(env_name: str) -> Path | None:
-    """configs/<game>.yaml for a built-in game (by its canonical name), else None. User text never
-    becomes part of a path: only the names the env registry knows do."""
-    from envs import builtin_env_names, resolve_env_name
+def shipped_config_path(env_name: str, algo: str = "ppo") -> Path | None:
+    """The tuned config of `env_name` trained by `algo`: configs/<game>.yaml for a built-in game and
+    PPO, else the shipped file whose own `env_name` and `algo` name them (configs/cartpole_dqn.yaml,
+    configs/pendulum_sac.yaml); None when there is none. User text never becomes part of a path:
+    the files are looked up in the folder's listing by what they say."""
+    canonical = _canonical(env_name)
+    if canonical is None:
+        return None
+    from envs import builtin_env_names
+
+    if algo == "ppo" and canonical in builtin_env_names():
+        path = CONFIGS_DIR / f"{canonical}.yaml"
+        return path if path.is_file() else None
+    return _tuned_files().get((canonical, str(algo)))
+
+
+def _canonical(env_name: Any) -> str | None:
+    from envs import resolve_env_name
     from envs.errors import EnvError
 
     try:
-        canonical = resolve_env_name(env_name)
+        return resolve_env_name(str(env_name))
     except EnvError:
         return None
-    if canonical not in builtin_env_names():
-        return None
-    path = CONFIGS_DIR / f"{canonical}.yaml"
-    return path if path.is_file() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _tuned_files() -> dict[tuple[str, str], Path]:
+    """(canonical env, algo) -> the first shipped config (by name) that trains it."""
+    found: dict[tuple[str, str], Path] = {}
+    for path in sorted(CONFIGS_DIR.glob("*.yaml")) if CONFIGS_DIR.is_dir() else []:
+        settings = read_yaml_mapping(path)
+        canonical = _canonical(settings.get("env_name", TrainConfig.env_name))
+        if canonical is not None:
+            found.setdefault((canonical, str(settings.get("algo", "ppo"))), path)
+    return found
 
 
 def shipped_config(env_name: str, settings: dict | None = None) -> TrainConfig:
-    """The tuned config of a built-in game, else the defaults for the env's kind of actions
-    (`untuned_defaults`), for `env_name`, `settings` on top."""
-    path = shipped_config_path(env_name)
+    """The tuned config of `env_name` for the algorithm `settings` names (ppo when none), else the
+    defaults for the env's kind of actions and that algorithm (`untuned_defaults`), `settings` on top."""
     settings = merge_settings({"env_name": env_name}, settings or {})
+    path = shipped_config_path(env_name, str(settings.get("algo", "ppo")))
     if path is None:
         return config_from_dict(with_untuned_defaults(settings))
     return config_from_dict(merge_settings(read_yaml_mapping(path), settings))
 
 
-def defaults_source(env_name: str) -> str:
+def defaults_source(env_name: str, algo: str = "ppo") -> str:
     """Where `shipped_config(env_name)` takes its settings from, in words for a person: the
-    tuned file, or which defaults (the studio says it when the env changes)."""
-    path = shipped_config_path(env_name)
+    tuned file, or which defaults (the studio says it when the env or the algorithm changes)."""
+    path = shipped_config_path(env_name, algo)
     if path is not None:
         return f"the tuned config configs/{path.name}"
+    if algo in UNTUNED_REPLAY_DEFAULTS:
+        return f"the defaults for {algo} (no tuned config for {env_name} with {algo})"
     kind = action_kind_of_env(env_name)
     which = f"the defaults for {ACTION_KINDS[kind]}" if kind else "the defaults"
     return f"{which} (no tuned config for {env_name})"
@@ -90,9 +114,21 @@ UNTUNED_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def untuned_defaults(env: Any) -> dict[str, Any]:
-    """The settings an env without a tuned config starts from: `UNTUNED_DEFAULTS` for its kind of
-    actions ({} when that is unknown). `env`: an env name, or the env's single action space."""
+# The replay algorithms start from their own (PPO's rollout keys mean nothing to them): a few
+# envs, one step each per update, a constant learning rate; their own keys keep their declared
+# defaults (trainer/algos/replay_settings.py, dqn_settings.py, sac_settings.py).
+UNTUNED_REPLAY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "dqn": {"num_envs": 4, "learning_rate": 5e-4, "anneal_lr": False},
+    "sac": {"num_envs": 4, "learning_rate": 1e-3, "anneal_lr": False, "model_type": "ppo-medium"},
+}
+
+
+def untuned_defaults(env: Any, algo: str = "ppo") -> dict[str, Any]:
+    """The settings an env without a tuned config starts from: `UNTUNED_REPLAY_DEFAULTS` for a replay
+    algorithm, else `UNTUNED_DEFAULTS` for its kind of actions ({} when that is unknown). `env`: an
+    env name, or the env's single action space."""
+    if algo in UNTUNED_REPLAY_DEFAULTS:
+        return dict(UNTUNED_REPLAY_DEFAULTS[algo])
     kind = action_kind_of_env(env) if isinstance(env, str) else action_kind(env)
     return dict(UNTUNED_DEFAULTS.get(kind or "", {}))
 
@@ -101,16 +137,14 @@ def with_untuned_defaults(settings: dict) -> dict:
     """`settings` over the untuned defaults of the env they name (the declared `env_name` default
     when they name none). A config that gives every such key already is returned as it is,
     without looking at the env (a run's config.yaml, a checkpoint's)."""
-    given = {KEY_ALIASES.get(str(name), str(name)) for name in settings}
+    given = {KEY_ALIASES.get(str(name), str(name)): value for name, value in settings.items()}
     if "batch_size" in given:
-        given.add("num_steps")
-    if all(name in given for table in UNTUNED_DEFAULTS.values() for name in table):
+        given.setdefault("num_steps", None)
+    algo = str(given.get("algo", TrainConfig.algo)).strip().lower()
+    tables = [UNTUNED_REPLAY_DEFAULTS[algo]] if algo in UNTUNED_REPLAY_DEFAULTS else UNTUNED_DEFAULTS.values()
+    if all(name in given for table in tables for name in table):
         return settings
-    env_name = next(
-        (value for name, value in settings.items() if KEY_ALIASES.get(str(name), name) == "env_name"),
-        TrainConfig.env_name,
-    )
-    return merge_settings(untuned_defaults(env_name), settings)
+    return merge_settings(untuned_defaults(given.get("env_name", TrainConfig.env_name), algo), settings)
 
 
 def action_kind(action_space: Any) -> str | None:
@@ -147,11 +181,13 @@ def action_kind_of_env(env_name: Any) -> str | None:
 
 
 def untuned_defaults_markdown() -> str:
-    """`UNTUNED_DEFAULTS` as a Markdown table (kind of actions, settings), for the README."""
-    lines = ["| actions | settings (every other key: its declared default) |", "|---|---|"]
-    for kind, table in UNTUNED_DEFAULTS.items():
+    """`UNTUNED_DEFAULTS` and `UNTUNED_REPLAY_DEFAULTS` as a Markdown table, for the docs."""
+    lines = ["| algorithm, actions | settings (every other key: its declared default) |", "|---|---|"]
+    rows = [(f"ppo / a2c, {ACTION_KINDS[kind]}", table) for kind, table in UNTUNED_DEFAULTS.items()]
+    rows += [(f"{algo}, any env", table) for algo, table in UNTUNED_REPLAY_DEFAULTS.items()]
+    for label, table in rows:
         settings = ", ".join(f"`{name}` {markdown_value(value)}" for name, value in table.items())
-        lines.append(f"| {ACTION_KINDS[kind]} | {settings or 'the declared defaults'} |")
+        lines.append(f"| {label} | {settings or 'the declared defaults'} |")
     return "\n".join(lines)
 
 
