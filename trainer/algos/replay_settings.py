@@ -58,6 +58,12 @@ def check_replay(config: Any, given: set[str], problems: list[str], tau: float) 
     and at least one minibatch."""
     if config.tau is None:
         config.tau = tau
+    if config.nproc_per_node > 1 or config.max_nodes > 1:
+        problems.append(
+            f"algo {config.algo} learns in one process from one replay buffer, but nproc_per_node is "
+            f"{config.nproc_per_node} and max_nodes {config.max_nodes}: set both to 1, or use algo ppo "
+            f"for data-parallel training on several processes"
+        )
     for name in ("norm_obs", "norm_reward"):
         if getattr(config, name):
             problems.append(
