@@ -227,6 +227,8 @@ def train_command(argv: list[str]) -> int:
 
     try:
         config = load_config(config_path, args.overrides)
+        if args.nproc and args.nproc != config.ranks_per_node():  # --nproc is nproc_per_node: validated as one
+            config = load_config(config_path, [*(args.overrides or []), f"nproc_per_node={args.nproc}"])
         if args.resume and args.config is None:  # the run folder's config.yaml is data, not the user's
             require_code_permission(config, args.allow_custom_envs, str(config_path), "--allow-custom-envs")
         if args.resume:  # a finished run continues only to a larger total_timesteps

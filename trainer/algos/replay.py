@@ -105,10 +105,11 @@ class ReplayBuffer:
         self.position = (row + 1) % self.rows
         self.rows_filled = min(self.rows_filled + 1, self.rows)
         if self.tree is not None:
-            self.tree.set(self._row_items(row), torch.zeros(self.num_envs))  # its window is not complete
+            priorities = self.tree.tree.new_zeros(self.num_envs)  # float64, on the tree's device
+            self.tree.set(self._row_items(row), priorities)  # its window is not complete
             if self.rows_filled >= self.n_step:  # the row whose window this step completes
                 complete = (row - (self.n_step - 1)) % self.rows
-                self.tree.set(self._row_items(complete), torch.full((self.num_envs,), self.max_priority**self.alpha))
+                self.tree.set(self._row_items(complete), priorities.fill_(self.max_priority**self.alpha))
 
     def _row_items(self, row: int) -> Tensor:
         return row * self.num_envs + self.env_index

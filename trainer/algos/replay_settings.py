@@ -58,11 +58,12 @@ def check_replay(config: Any, given: set[str], problems: list[str], tau: float) 
     and at least one minibatch."""
     if config.tau is None:
         config.tau = tau
-    if config.nproc_per_node > 1 or config.max_nodes > 1:
+    if config.ranks_per_node() > 1 or config.max_nodes > 1:
         problems.append(
             f"algo {config.algo} learns in one process from one replay buffer, but nproc_per_node is "
-            f"{config.nproc_per_node} and max_nodes {config.max_nodes}: set both to 1, or use algo ppo "
-            f"for data-parallel training on several processes"
+            f"{config.nproc_per_node}, gpu_ids {config.gpu_ids} and max_nodes {config.max_nodes}: use one "
+            f"process (nproc_per_node 1, at most one GPU in gpu_ids, max_nodes 1), or algo ppo for "
+            f"data-parallel training on several processes"
         )
     for name in ("norm_obs", "norm_reward"):
         if getattr(config, name):

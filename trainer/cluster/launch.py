@@ -52,12 +52,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def ranks_wanted(config, nproc: int | None) -> int:
-    """--nproc, else `nproc_per_node`, else one rank per listed GPU (`gpu_ids`)."""
-    if nproc:
-        return nproc
-    if config.nproc_per_node > 1 or not config.gpu_ids:
-        return config.nproc_per_node
-    return len(config.gpu_ids)
+    """--nproc, else the config's (`TrainConfig.ranks_per_node`)."""
+    return nproc or config.ranks_per_node()
 
 
 def custom_code_line(allowed: bool, flag: str) -> str:

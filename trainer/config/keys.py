@@ -343,6 +343,12 @@ class TrainConfig(AlgorithmSettings):
     # itself; read as `config.clip_coef`, written flat after `algo` by to_dict (AlgorithmSettings).
     algo_settings: dict = field(default_factory=dict, metadata={"algo_settings": True})
 
+    def ranks_per_node(self) -> int:
+        """The training processes on each machine: `nproc_per_node`, else one per listed GPU (`gpu_ids`)."""
+        if self.nproc_per_node > 1 or not self.gpu_ids:
+            return self.nproc_per_node
+        return len(self.gpu_ids)
+
 
 KEY_ALIASES = {
     "max_steps": "total_timesteps",
