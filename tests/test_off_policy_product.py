@@ -41,7 +41,10 @@ SMALL = {
     "anneal_lr": False,
     "checkpoint": {"interval": 0},
 }
-RUNS = {"dqn": {"env_name": "cartpole", "algo": "dqn", "dueling": True, "n_step": 3, "use_per": True}}
+RUNS = {
+    "dqn": {"env_name": "cartpole", "algo": "dqn", "dueling": True, "n_step": 3, "use_per": True},
+    "sac": {"env_name": "Pendulum-v1", "algo": "sac", "n_step": 2, "hidden_sizes": [32, 32], "gradient_steps": 2},
+}
 
 
 @pytest.fixture(scope="module", params=sorted(RUNS))
@@ -122,3 +125,12 @@ def test_gymnasium_envs_and_the_worker_pool_feed_the_replay_buffer(tmp_path, vec
     result = train(config_from_dict({**config, **vectorization}), tmp_path / "run")
     assert result.status == "finished" and result.last_metrics["buffer_size"] == 400
     assert result.last_metrics["gradient_steps"] > 0
+
+
+@pytest.mark.parametrize(("algo", "env_name", "fits"), [("sac", "cartpole", "dqn"), ("dqn", "Pendulum-v1", "sac")])
+def test_an_algorithm_for_the_other_kind_of_actions_is_refused_before_the_run_starts(tmp_path, algo, env_name, fits):
+    from trainer.config.checks import ConfigError
+
+    with pytest.raises(ConfigError, match=f"algo {algo} takes .* actions, but {env_name} has .*use algo .*{fits}"):
+        train(config_from_dict({**SMALL, "env_name": env_name, "algo": algo}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing was written

@@ -79,6 +79,7 @@ class Algorithm:
     metric_names: ClassVar[tuple[str, ...]] = ()  # what `update` returns: `update` metrics of
     # trainer/config/metrics.py (checked when it registers)
     replay: ClassVar[bool] = False  # True: samples minibatches from a replay buffer (trainer/config/batching.py)
+    actions: ClassVar[str | None] = None  # "discrete" / "continuous": the only kind it takes (None: both)
 
     policy: nn.Module
     steps_per_update: int

@@ -25,7 +25,7 @@ from torch import Tensor
 from trainer.algos.adam import Adam
 from trainer.algos.base import Algorithm, Progress, Setup
 from trainer.algos.dqn_settings import DQN_LEARNED_METRICS, DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
-from trainer.algos.replay import ReplayBuffer, replay_state, restore_replay
+from trainer.algos.replay import ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
 from trainer.algos.target_network import frozen_copy, polyak
 from trainer.nets.q_network import QNetwork
 
@@ -35,16 +35,13 @@ class DQN(Algorithm):
     keys = DQNKeys
     metric_names = DQN_METRICS
     replay = True
+    actions = "discrete"
     check_config = staticmethod(check_dqn)
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
         config, device = setup.config, setup.device
-        if setup.reduce_mean is not None:
-            raise ValueError(
-                "algo dqn learns in one process: its replay buffer is not shared between ranks; "
-                "run it without nproc_per_node / a cluster (or use algo ppo there)"
-            )
+        one_process_only(setup)
         spec = {**setup.policy_spec, "network": "q", "dueling": config.dueling}
         self.policy = QNetwork(spec).to(device)
         self.target = frozen_copy(self.policy)
@@ -97,7 +94,7 @@ class DQN(Algorithm):
         metrics = {"buffer_size": self.buffer.size, "epsilon": self.epsilon, "gradient_steps": 0}
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
             return metrics
-        beta = config.per_beta + (1.0 - config.per_beta) * min(1.0, progress.update / progress.num_updates)
+        beta = per_beta_at(config, progress)
         totals = torch.zeros(3, device=self.setup.device)  # DQN_LEARNED_METRICS: loss, mean Q, mean |TD error|
         for _ in range(config.gradient_steps):
             batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)

@@ -68,9 +68,10 @@ def register(
     check: Callable[..., None] | None = None,
     metric_names: tuple[str, ...] | None = None,
     replay: bool | None = None,
+    actions: str | None = None,
 ) -> None:
     """Make `cls` trainable as `algo: name`. For a class, summary, keys, check and metric_names
-    default to its own `summary`, `keys`, `check_config`, `metric_names` and `replay`; a "module:Class" path
+    default to its own `summary`, `keys`, `check_config`, `metric_names`, `replay` and `actions`; a "module:Class" path
     gives them here instead. The metric names must be `update` metrics of the registry."""
     from trainer.algos.base import Algorithm
 
@@ -84,8 +85,11 @@ def register(
         check = check if check is not None else cls.check_config
         metric_names = metric_names if metric_names is not None else cls.metric_names
         replay = replay if replay is not None else cls.replay
+        actions = actions if actions is not None else cls.actions
     metric_names = check_update_metrics(name, metric_names or ())
-    declare_algorithm(name, summary or "", keys, check, bool(replay))  # the config's table: refuses a clashing key
+    declare_algorithm(
+        name, summary or "", keys, check, bool(replay), actions
+    )  # the config's table: refuses a clashing key
     ALGORITHMS[name] = Registration(name, cls, summary or "", metric_names)
 
 
@@ -122,6 +126,7 @@ register(
     check=check_dqn,
     metric_names=DQN_METRICS,
     replay=True,
+    actions="discrete",
 )
 register(
     "sac",
@@ -131,4 +136,5 @@ register(
     check=check_sac,
     metric_names=SAC_METRICS,
     replay=True,
+    actions="continuous",
 )

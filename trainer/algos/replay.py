@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -206,3 +207,18 @@ def restore_replay(buffer: ReplayBuffer, state: dict, log: Callable[[str], None]
         f"resumed without the replay buffer (save_buffer: false): the {lost:_} transitions it held are lost, "
         f"so the resume is not exact; it refills from new steps"
     )
+
+
+def one_process_only(setup: Any) -> None:
+    """A replay algorithm learns in one process from one buffer (the config refuses several
+    processes when it is read; this catches an algorithm built by hand with a reduction)."""
+    if setup.reduce_mean is not None:
+        raise ValueError(
+            f"algo {setup.config.algo} learns in one process: its replay buffer is not shared between ranks; "
+            f"run it without nproc_per_node / a cluster (or use algo ppo there)"
+        )
+
+
+def per_beta_at(config: Any, progress: Any) -> float:
+    """Prioritised replay's importance-sampling exponent: from `per_beta` linearly to 1 over the run."""
+    return config.per_beta + (1.0 - config.per_beta) * min(1.0, progress.update / progress.num_updates)

@@ -19,11 +19,9 @@ top to bottom:
    items' priorities become the mean absolute TD error of the two critics, and `per_beta` rises
    linearly to 1 over the run.
 
-Observation normalisation (`norm_obs`) works as in PPO: the statistics stay fixed during a
-`collect`, take its observations after it, and are saved with the policy. The buffer keeps raw
-observations, normalised with the current statistics when sampled (as SB3's VecNormalize does for
-its off-policy algorithms). `norm_reward` likewise scales the sampled n-step returns by the
-current running standard deviation of the discounted return.
+`norm_obs` and `norm_reward` are refused for replay algorithms when the config is read
+(trainer/algos/replay_settings.py: statistics that move under a buffer of old samples), so the
+networks take the env's observations and rewards as they are.
 
 The playing network is `SquashedGaussianActor`; it plays tanh(mu(s)) after training (evaluate,
 GIFs, ONNX, the policy server). The critics, their targets, the optimisers, alpha and the buffer
@@ -35,15 +33,17 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from trainer.algos.adam import Adam
 from trainer.algos.base import Algorithm, Progress, Setup
-from trainer.algos.replay import ReplayBatch, ReplayBuffer, replay_state, restore_replay
+from trainer.algos.replay import ReplayBatch, ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
 from trainer.algos.sac_settings import SAC_METRICS, SAC_SUMMARY, SACKeys, check_sac
 from trainer.algos.target_network import frozen_copy, polyak
-from trainer.config.checks import ConfigError
-from trainer.nets.normalization import EPSILON, RewardScaler
 from trainer.nets.sac_actor import SquashedGaussianActor, TwinQ
+
+# What `_critic_step` returns, in its order (metrics of trainer/config/metrics.py)
+CRITIC_METRICS = ("value_loss", "q_value_mean", "td_error_mean", "entropy")
 
 
 class SAC(Algorithm):
@@ -51,31 +51,24 @@ class SAC(Algorithm):
     keys = SACKeys
     metric_names = SAC_METRICS
     replay = True
+    actions = "continuous"
     check_config = staticmethod(check_sac)
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
         config, device = setup.config, setup.device
-        if setup.reduce_mean is not None:
-            raise ValueError(
-                "algo sac learns in one process: its replay buffer is not shared between ranks; "
-                "run it without nproc_per_node / a cluster (or use algo ppo there)"
-            )
-        if config.autotune and config.alpha <= 0.0:
-            raise ConfigError(
-                "alpha is 0 with autotune: true, but autotune scales alpha by factors (log alpha is learned), "
-                "so it would stay 0; start it above 0 (e.g. alpha: 0.2), or set autotune: false to keep alpha 0"
-            )
+        one_process_only(setup)
         # The actor refuses discrete actions and unbounded ones (a ModelError that names the fix).
         self.policy = SquashedGaussianActor({**setup.policy_spec, "network": "squashed-gaussian"}).to(device)
         self.critic = TwinQ(self.policy.spec).to(device)
         self.critic_target = frozen_copy(self.critic)
         action_dim = self.policy.action_size
         self.target_entropy = float(config.target_entropy if config.target_entropy is not None else -action_dim)
-        self.log_alpha = torch.tensor(math.log(max(config.alpha, 1e-30)), device=device, requires_grad=True)
-        self.actor_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.learning_rate)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.learning_rate)
+        self.entropy_coefficient = LogAlpha(math.log(max(config.alpha, 1e-30))).to(device)
+        # trainer/algos/adam.py: each optimiser steps one flat vector
+        self.actor_optimizer = Adam(self.policy)
+        self.critic_optimizer = Adam(self.critic)
+        self.alpha_optimizer = Adam(self.entropy_coefficient)
         self.buffer = ReplayBuffer(
             config.buffer_size,
             config.num_envs,
@@ -88,9 +81,13 @@ class SAC(Algorithm):
             config.use_per,
             config.per_alpha,
         )
-        self.reward_scaler = RewardScaler(config.num_envs, config.gamma, device) if config.norm_reward else None
         self.steps_per_update = config.num_envs * config.num_steps
+        self.learning_rate = config.learning_rate  # this update's (Progress.learning_rate)
         self.gradient_step = 0  # gradient steps of the critics so far (the delayed actor steps count them)
+
+    @property
+    def log_alpha(self) -> Tensor:
+        return self.entropy_coefficient.log_alpha
 
     @property
     def alpha(self) -> Tensor:
@@ -100,11 +97,6 @@ class SAC(Algorithm):
         return torch.tensor(self.setup.config.alpha, device=self.setup.device)
 
     # -- 1. acting ------------------------------------------------------------------------------
-
-    def start(self, obs: Tensor) -> None:
-        if self.policy.obs_normalizer is not None:  # start from the statistics of the first observations
-            self.policy.obs_normalizer.accumulate(obs)
-            self.policy.obs_normalizer.commit(self.setup.reduce_sum)
 
     @torch.no_grad()
     def collect(self, obs: Tensor, progress: Progress) -> Tensor:
@@ -116,19 +108,11 @@ class SAC(Algorithm):
                 shape = (config.num_envs, policy.action_size)
                 squashed = torch.rand(shape, generator=generator, device=setup.device) * 2.0 - 1.0
             else:
-                squashed, _ = policy.sample(policy.normalize_obs(obs), generator)
+                squashed, _ = policy.sample(obs, generator)
             actions = policy.env_action(policy.to_env_scale(squashed))
             next_obs, reward, terminated, truncated, info = setup.env.step(actions)
             self.buffer.add(obs, squashed, reward, info["final_obs"], terminated, truncated)
-            if policy.obs_normalizer is not None:
-                policy.obs_normalizer.accumulate(next_obs)
-            if self.reward_scaler is not None:
-                self.reward_scaler.scale(reward, terminated | truncated)  # only its statistics are used
             obs = next_obs
-        if policy.obs_normalizer is not None:
-            policy.obs_normalizer.commit(setup.reduce_sum)
-        if self.reward_scaler is not None:
-            self.reward_scaler.return_stats.commit(setup.reduce_sum)
         return obs
 
     # -- 2. learning ----------------------------------------------------------------------------
@@ -137,16 +121,14 @@ class SAC(Algorithm):
         config = self.setup.config
         steps_done = progress.global_step + self.steps_per_update
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
-            return self._metrics(None, None, 0)
-        for optimizer in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer):
-            for group in optimizer.param_groups:
-                group["lr"] = progress.learning_rate
-        beta = config.per_beta + (1.0 - config.per_beta) * min(1.0, progress.update / progress.num_updates)
-        critic_totals = torch.zeros(4, device=self.setup.device)  # loss, mean Q, mean |TD error|, entropy
+            return self._metrics(None, None, None, 0)
+        self.learning_rate = progress.learning_rate
+        beta = per_beta_at(config, progress)
+        critic_totals = torch.zeros(len(CRITIC_METRICS), device=self.setup.device)
         actor_total = torch.zeros((), device=self.setup.device)
         actor_steps = 0
         for _ in range(config.gradient_steps):
-            batch = self._normalized(self.buffer.sample(config.mini_batch_size, self.setup.generator, beta))
+            batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)
             critic_totals += self._critic_step(batch)
             self.gradient_step += 1
             if self.gradient_step % config.policy_frequency == 0:
@@ -154,32 +136,20 @@ class SAC(Algorithm):
                     actor_total += self._actor_step(batch.obs)
                     actor_steps += 1
             polyak(self.critic_target, self.critic, config.tau)
-        host = (critic_totals / config.gradient_steps).tolist() + [actor_total.item()]
-        policy_loss = host[4] / actor_steps if actor_steps else None  # None: no actor step in this update
-        return self._metrics(host[:4], policy_loss, config.gradient_steps)
+        host = torch.cat((critic_totals / config.gradient_steps, torch.stack((actor_total, self.alpha)))).tolist()
+        critic, (actor_sum, alpha) = host[: len(CRITIC_METRICS)], host[len(CRITIC_METRICS) :]
+        policy_loss = actor_sum / actor_steps if actor_steps else None  # None: no actor step in this update
+        return self._metrics(critic, policy_loss, alpha, config.gradient_steps)
 
-    def _metrics(self, critic: list[float] | None, policy_loss: float | None, gradient_steps: int) -> dict:
-        value_loss, q_mean, td_mean, entropy = critic if critic is not None else (None,) * 4
-        return {
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "alpha": float(self.alpha),
-            "q_value_mean": q_mean,
-            "td_error_mean": td_mean,
-            "buffer_size": self.buffer.size,
-            "gradient_steps": gradient_steps,
-        }
-
-    def _normalized(self, batch: ReplayBatch) -> ReplayBatch:
-        """The batch as the networks take it: observations normalised, returns scaled (`norm_obs`,
-        `norm_reward`; both with the current statistics)."""
-        batch.obs = self.policy.normalize_obs(batch.obs)
-        batch.next_obs = self.policy.normalize_obs(batch.next_obs)
-        if self.reward_scaler is not None:
-            stats = self.reward_scaler.return_stats
-            batch.returns = batch.returns * (stats.var + EPSILON).rsqrt().float()
-        return batch
+    def _metrics(
+        self, critic: list[float] | None, policy_loss: float | None, alpha: float | None, gradient_steps: int
+    ) -> dict:
+        """The update's metrics; None where nothing was learned (before `learning_starts`)."""
+        metrics = dict.fromkeys(SAC_METRICS)
+        metrics.update(zip(CRITIC_METRICS, critic or ()))
+        metrics.update(policy_loss=policy_loss, buffer_size=self.buffer.size, gradient_steps=gradient_steps)
+        metrics.update(alpha=float(self.alpha) if alpha is None else alpha)
+        return metrics
 
     def _critic_step(self, batch: ReplayBatch) -> Tensor:
         """One step of both critics towards the soft target; (loss, mean Q, mean |TD error|,
@@ -191,7 +161,7 @@ class SAC(Algorithm):
         q1, q2 = self.critic(batch.obs, batch.actions)
         error1, error2 = q1 - target, q2 - target
         loss = (batch.weights * error1.square()).mean() + (batch.weights * error2.square()).mean()
-        _step(self.critic_optimizer, loss)
+        _step(self.critic_optimizer, loss, self.learning_rate)
         with torch.no_grad():
             td_error = 0.5 * (error1.abs() + error2.abs())
             if self.setup.config.use_per:
@@ -205,9 +175,13 @@ class SAC(Algorithm):
         actions, log_prob = self.policy.sample(obs, self.setup.generator)
         q1, q2 = self.critic(obs, actions)
         loss = (self.alpha * log_prob - torch.min(q1, q2)).mean()
-        _step(self.actor_optimizer, loss)
+        _step(self.actor_optimizer, loss, self.learning_rate)
         if self.setup.config.autotune:  # on the log-probabilities the actor step saw (as SB3)
-            _step(self.alpha_optimizer, alpha_loss(self.log_alpha, log_prob.detach(), self.target_entropy))
+            _step(
+                self.alpha_optimizer,
+                alpha_loss(self.log_alpha, log_prob.detach(), self.target_entropy),
+                self.learning_rate,
+            )
         return loss.detach()
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -221,7 +195,6 @@ class SAC(Algorithm):
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
             "gradient_step": self.gradient_step,
-            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
             **replay_state(self.buffer, self.setup.config.save_buffer),
         }
 
@@ -234,8 +207,6 @@ class SAC(Algorithm):
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])  # in place: the optimiser holds this tensor
         self.gradient_step = int(state["gradient_step"])
-        if self.reward_scaler is not None and state.get("reward_scaler") is not None:
-            self.reward_scaler.load_state_dict(state["reward_scaler"])
         restore_replay(self.buffer, state, self.setup.log)
 
 
@@ -256,7 +227,15 @@ def alpha_loss(log_alpha: Tensor, log_prob: Tensor, target_entropy: float) -> Te
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
-def _step(optimizer: torch.optim.Optimizer, loss: Tensor) -> None:
-    optimizer.zero_grad(set_to_none=True)
+def _step(optimizer: Adam, loss: Tensor, learning_rate: float) -> None:
+    optimizer.zero_grad()
     loss.backward()
-    optimizer.step()
+    optimizer.step(learning_rate)
+
+
+class LogAlpha(nn.Module):
+    """log alpha as a module's one parameter (the optimiser steps a module's parameters)."""
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(value))

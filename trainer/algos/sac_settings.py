@@ -37,3 +37,8 @@ class SACKeys(ReplayKeys):
 def check_sac(config: Any, given: set[str], problems: list[str]) -> None:
     """SAC averages its target networks (`tau` 0.005 unless given, as CleanRL and SB3)."""
     check_replay(config, given, problems, tau=0.005)
+    if config.autotune and config.alpha <= 0.0:
+        problems.append(
+            "alpha is 0 with autotune: true, but autotune scales alpha by factors (log alpha is learned), "
+            "so it would stay 0; start it above 0 (e.g. alpha: 0.2), or set autotune: false to keep alpha 0"
+        )

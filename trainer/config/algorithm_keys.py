@@ -29,6 +29,7 @@ class AlgorithmEntry:
     keys: tuple[Any, ...] = ()
     check: ConfigCheck | None = None
     replay: bool = False  # samples minibatches from a replay buffer (trainer/config/batching.py)
+    actions: str | None = None  # "discrete" or "continuous" when it takes only that kind (checked at preflight)
 
 
 ALGORITHM_TABLE: dict[str, AlgorithmEntry] = {}

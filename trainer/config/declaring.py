@@ -66,12 +66,17 @@ def key_names() -> list[str]:
 
 
 def declare_algorithm(
-    name: str, summary: str, keys: type | None = None, check: ConfigCheck | None = None, replay: bool = False
+    name: str,
+    summary: str,
+    keys: type | None = None,
+    check: ConfigCheck | None = None,
+    replay: bool = False,
+    actions: str | None = None,
 ) -> None:
     """Add an algorithm and its own keys (a dataclass of `key(...)` fields) to ALGORITHM_TABLE
     (trainer/config/algorithm_keys.py), as trainer/algos/registry.py does when one registers."""
     own = tuple(declared_keys(keys)) if keys is not None else ()
-    add_algorithm(AlgorithmEntry(name, summary, own, check, replay), set(field_names()) | set(KEY_ALIASES))
+    add_algorithm(AlgorithmEntry(name, summary, own, check, replay, actions), set(field_names()) | set(KEY_ALIASES))
 
 
 def dataclass_sections() -> dict[str, type]:

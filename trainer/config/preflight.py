@@ -16,6 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
+from trainer.config.algorithm_keys import ALGORITHM_TABLE
 from trainer.config.checks import ConfigError
 from trainer.config.keys import TrainConfig
 
@@ -114,10 +115,24 @@ def check_disk_space(folder: str | Path, option: str, minimum: int = MIN_FREE_DI
         )
 
 
+def check_action_kind(config: TrainConfig, action_space) -> None:
+    """ConfigError when the algorithm takes only one kind of actions and the env has the other."""
+    wanted = ALGORITHM_TABLE[config.algo].actions if config.algo in ALGORITHM_TABLE else None
+    kind = {"Discrete": "discrete", "Box": "continuous"}.get(type(action_space).__name__)
+    if wanted is None or kind is None or kind == wanted:
+        return
+    others = [name for name, entry in ALGORITHM_TABLE.items() if entry.actions in (None, kind)]
+    raise ConfigError(
+        f"algo {config.algo} takes {wanted} actions, but {config.env_name} has {kind} ones ({action_space}): "
+        f"use algo {' or '.join(others)} for this env"
+    )
+
+
 def check_run_fits(config: TrainConfig) -> None:
     """ConfigError when the env refuses the config's env options, or the run would need more
     memory than the device it trains on has free."""
     observation_space, action_space = probe_spaces(config)
+    check_action_kind(config, action_space)
     needed = estimated_bytes(config, observation_space, action_space)
     free, where = free_bytes(config.device)
     if needed > MEMORY_SHARE * free:

@@ -46,8 +46,7 @@ class SquashedGaussianActor(PlayingNetwork):
                 f"algo sac needs continuous actions (a Box), but this env's actions are discrete "
                 f"({self.action_size} choices); use algo dqn or ppo for it"
             )
-        bounds = torch.tensor([*spec["action"]["low"], *spec["action"]["high"]])
-        if not torch.isfinite(bounds).all():
+        if not all(math.isfinite(bound) for bound in (*spec["action"]["low"], *spec["action"]["high"])):
             raise ModelError(
                 f"algo sac squashes its actions into the env's bounds, but they are not finite (low "
                 f"{spec['action']['low']}, high {spec['action']['high']}); give the env finite action bounds "
