@@ -23,6 +23,8 @@ KINDS = (
     "ours_game",
     "ours_ceiling",
     "studio_run_start",
+    "ours_off_policy",
+    "sb3_off_policy",
 )
 
 
@@ -59,6 +61,14 @@ def run_measurement(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         from benchmarks.ours import ours_ceiling
 
         return ours_ceiling(**params)
+    if kind == "ours_off_policy":
+        from benchmarks.off_policy import ours_off_policy
+
+        return ours_off_policy(**params)
+    if kind == "sb3_off_policy":
+        from benchmarks.sb3_off_policy import sb3_off_policy
+
+        return sb3_off_policy(**params)
     if kind == "studio_run_start":
         from benchmarks.run_start import measure
 

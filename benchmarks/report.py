@@ -252,6 +252,10 @@ def build_rows(results: dict[str, Any]) -> list[Row]:
         rows += scaling_rows(results["scaling"])
     if "games" in results:
         rows += game_rows(results["games"])
+    if "off_policy" in results:
+        from benchmarks.off_policy import off_policy_rows
+
+        rows += off_policy_rows(results["off_policy"])
     return rows
 
 

@@ -4,6 +4,7 @@
     python -m benchmarks --quick         the same with small budgets (~1-2 min), figures rough
     python -m benchmarks --games         Flappy Bird and Snake to their score targets (long)
     python -m benchmarks --only throughput,solve
+    python -m benchmarks --only off_policy   DQN and SAC against SB3's (benchmarks/off_policy.py; long)
 
 Every measurement runs in a fresh Python process (`benchmarks.contender`) with the same torch
 thread count, so none inherits another's warm caches and "seconds from launch" is honest. The
@@ -35,7 +36,7 @@ if str(REPO_ROOT) not in sys.path:
 from benchmarks import report  # noqa: E402
 from benchmarks.sb3_peer import NET_ARCH, RL_ZOO_CARTPOLE  # noqa: E402
 
-SECTIONS = ("throughput", "ceiling", "solve", "scaling", "games")
+SECTIONS = ("throughput", "ceiling", "solve", "scaling", "games", "off_policy")
 DEFAULT_SECTIONS = ("throughput", "ceiling", "solve", "scaling")
 SCALING_NUM_ENVS = (16, 64, 256, 1024, 4096)
 SOLVE_TARGET = 475.0
@@ -94,6 +95,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="seconds to time the update-only ceiling per setting (default 5, 1 with --quick)",
     )
+    parser.add_argument(
+        "--off-policy-cap",
+        type=float,
+        default=None,
+        help="off_policy: training seconds allowed per CartPole / Pendulum run (default 300, 30 with --quick)",
+    )
+    parser.add_argument(
+        "--lunar-cap",
+        type=float,
+        default=None,
+        help="off_policy: training seconds allowed per lunar lander run (default 900, 20 with --quick)",
+    )
+    parser.add_argument(
+        "--lunar-seeds", type=int, default=None, help="off_policy: seeds of each lunar lander (default 1)"
+    )
+    parser.add_argument(
+        "--off-policy-steps",
+        type=int,
+        default=None,
+        help="off_policy: env steps of the DQN CartPole throughput runs (default 200000, 20000 with --quick)",
+    )
     parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
     parser.add_argument(
         "--configs",
@@ -128,6 +150,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.throughput_steps = args.throughput_steps or (20_000 if args.quick else 100_000)
     args.game_cap = args.game_cap or (60.0 if args.quick else 900.0)
     args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
+    args.off_policy_cap = args.off_policy_cap or (30.0 if args.quick else 300.0)
+    args.lunar_cap = args.lunar_cap or (20.0 if args.quick else 900.0)
+    args.lunar_seeds = args.lunar_seeds or 1
+    args.off_policy_steps = args.off_policy_steps or (20_000 if args.quick else 200_000)
     try:
         args.scaling_envs = (
             [int(n) for n in args.scaling_envs.split(",")]
@@ -396,9 +422,17 @@ def machine_description(threads: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.replot:
-        results = json.loads((args.out / "results.json").read_text())
-        written = report.write_report(results, args.out)
-        print(report.render_console(report.build_rows(results)))
+        written = []
+        if set(args.sections) - {"off_policy"}:
+            results = json.loads((args.out / "results.json").read_text())
+            written = report.write_report(results, args.out)
+            print(report.render_console(report.build_rows(results)))
+        if "off_policy" in args.sections:  # its own files: off_policy.json -> .md and .png
+            from benchmarks.off_policy import off_policy_rows, write_section_report
+
+            results = json.loads((args.out / "off_policy.json").read_text())
+            written += write_section_report(results, args.out)
+            print(report.render_console(off_policy_rows(results["off_policy"])))
         print("wrote " + ", ".join(str(path) for path in written))
         return 0
     from benchmarks.ours import shipped_settings
@@ -424,8 +458,18 @@ def main(argv: list[str] | None = None) -> int:
         results["scaling"] = run_scaling(args, shipped)
     if "games" in args.sections:
         results["games"] = run_games(args)
+    if "off_policy" in args.sections:
+        from benchmarks.off_policy import run_off_policy
+
+        results["off_policy"] = run_off_policy(args, run_in_fresh_process, _say)
     results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
-    written = report.write_report(results, args.out)
+    # The off_policy section keeps its own files (off_policy.md / .json / .png): run alone, it leaves
+    # the suite's results.md / results.json as the last run of the other sections wrote them.
+    written = report.write_report(results, args.out) if set(args.sections) - {"off_policy"} else []
+    if "off_policy" in results:
+        from benchmarks.off_policy import write_section_report
+
+        written += write_section_report(results, args.out)
     print()
     print(report.render_console(report.build_rows(results)))
     print("wrote " + ", ".join(str(path) for path in written))

@@ -193,10 +193,8 @@ def test_a2c_trains_and_is_loaded_as_a2c(tmp_path):
 
 
 def test_every_registered_algorithm_has_a_class_and_model_load_picks_it(tmp_path):
-    from trainer import api_class
+    from trainer import DQN, SAC, api_class
     from trainer.api import Model
-
-    from trainer import DQN, SAC
 
     assert api_class("ppo") is PPO and api_class("A2C") is A2C and api_class("dqn") is DQN and api_class("sac") is SAC
     with pytest.raises(

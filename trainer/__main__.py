@@ -7,6 +7,7 @@
     python -m trainer serve runs/<run_id> [--host 127.0.0.1] [--port 8000] [--api-key KEY]
     python -m trainer --config configs/cartpole.yaml --nproc 2      (torch's elastic launcher)
     python -m trainer master --config cluster.yaml / worker --master HOST:54321  (docs/cluster.md)
+    python -m trainer sweep --space sweep.yaml --trials 40 --jobs 2  (Optuna, docs/sweeps.md)
     torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
 
 Ctrl-C stops after the current update and saves a checkpoint and the final model (press it
@@ -27,7 +28,8 @@ SUBCOMMANDS = """other commands (each has its own --help):
   python -m trainer export RUN_DIR       write the policy as ONNX (--onnx agent.onnx)
   python -m trainer serve RUN_DIR        serve the policy over HTTP (FastAPI)
   python -m trainer master --config F    host an elastic cluster run (docs/cluster.md)
-  python -m trainer worker --master H:P  join a cluster run"""
+  python -m trainer worker --master H:P  join a cluster run
+  python -m trainer sweep --space F      tune config keys with Optuna (docs/sweeps.md)"""
 
 
 def build_train_parser() -> argparse.ArgumentParser:
@@ -145,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.cluster import commands
 
         return getattr(commands, f"{argv[0]}_command")(argv[1:])
+    if argv and argv[0] == "sweep":  # Optuna studies over the config keys: trainer/sweep/command.py
+        from trainer.sweep.command import command
+
+        return command(argv[1:])
     if argv and argv[0] == "train":
         argv = argv[1:]
     return train_command(argv)

@@ -233,3 +233,41 @@ def read_config(run_dir: str | Path) -> dict:
         return load_yaml_file(config_path(run_dir))
     except (YamlError, OSError):
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep's folder (trainer/sweep): `runs/sweeps/<name>/`, beside the run folders. Each trial's
+# run is a normal run folder (LAYOUT above), one per trial and seed, under trials/.
+
+SWEEPS_DIR = "sweeps"
+STUDY_FILE = "study.db"
+BEST_CONFIG_FILE = "best.yaml"
+TRIALS_DIR = "trials"
+
+SWEEP_LAYOUT: dict[str, str] = {
+    STUDY_FILE: "the Optuna study (SQLite), unless `--storage` names another database",
+    BEST_CONFIG_FILE: "the best trial's full config, for `python -m trainer --config best.yaml`",
+    f"{TRIALS_DIR}/<trial>-seed<seed>/": "the run folder of one trial and seed, laid out as `runs/<run_id>/`",
+}
+
+
+def sweep_folder(runs_dir: str | Path, name: str) -> Path:
+    """`<runs_dir>/sweeps/<name>` (the name made safe): a sweep's study, best config and trials."""
+    return Path(runs_dir) / SWEEPS_DIR / safe_name(name)
+
+
+def study_path(sweep_dir: str | Path) -> Path:
+    return Path(sweep_dir) / STUDY_FILE
+
+
+def best_config_path(sweep_dir: str | Path) -> Path:
+    return Path(sweep_dir) / BEST_CONFIG_FILE
+
+
+def trials_folder(sweep_dir: str | Path) -> Path:
+    return Path(sweep_dir) / TRIALS_DIR
+
+
+def trial_run_path(sweep_dir: str | Path, trial_number: int, seed: int) -> Path:
+    """The run folder of trial `trial_number` trained with `seed`: `trials/0007-seed1`."""
+    return trials_folder(sweep_dir) / f"{int(trial_number):04d}-seed{int(seed)}"
