@@ -113,7 +113,9 @@ def test_every_metric_the_registry_exports_has_a_series_and_nothing_else_is_expo
     derived ones included, has a sample under its declared name, type and help."""
     from trainer.config.metrics import PROMETHEUS_PREFIX, REGISTRY, prometheus_help
 
-    sink = fed_sink([3.0, 2.0], recent_length_mean=20.0, recent_score_mean=1.0)
+    # every optional metric in the last event: PPO's come from METRIC_DEFAULTS, the replay algorithms' here
+    off_policy = {"q_value_mean": 5.0, "td_error_mean": 0.5, "epsilon": 0.1, "alpha": 0.2, "buffer_size": 1000}
+    sink = fed_sink([3.0, 2.0], recent_length_mean=20.0, recent_score_mean=1.0, **off_policy)
     sink(make_event("checkpoint", step=1024, path="ckpt_1024.pth"))
     registry = CollectorRegistry()
     registry.register(RunsCollector(lambda: [sink.sample()], tmp_path, gpus=lambda: [("0", 0.5, 1.0, 2.0)]))

@@ -24,7 +24,7 @@ from trainer.config.defaults import load_config
 from trainer.config.validation import config_from_dict
 from trainer.nets.sac_actor import SquashedGaussianActor, squashed_log_prob
 from trainer.nets.spec import ModelError
-from trainer.run.events import EventBus, read_events
+from trainer.run.events import EventBus
 from trainer.run.loop import TrainingSession, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,12 +319,12 @@ def test_the_same_seed_trains_the_same_weights(tmp_path, options):
 # -- what it refuses --------------------------------------------------------------------------------
 
 
-def test_a_discrete_env_is_refused_with_a_message_that_reaches_the_run_log(tmp_path):
-    with pytest.raises(ModelError, match="algo sac needs continuous actions") as refused:
+def test_a_discrete_env_is_refused_before_the_run_starts_and_by_the_actor(tmp_path):
+    with pytest.raises(ConfigError, match="algo sac takes continuous actions, but cartpole has discrete") as refused:
         train({"algo": "sac", "env_name": "cartpole", "gif_interval": 0, "device": "cpu"}, tmp_path / "run")
-    assert "use algo dqn or ppo" in str(refused.value)
-    errors = [e for e in read_events(tmp_path / "run" / "metrics.jsonl") if e["type"] == "error"]
-    assert errors and "algo sac needs continuous actions" in errors[0]["message"]
+    assert "dqn" in str(refused.value) and not (tmp_path / "run").exists()  # preflight: nothing written
+    with pytest.raises(ModelError, match="algo sac needs continuous actions"):  # a spec built by hand
+        SquashedGaussianActor({**actor_spec(), "action": {"kind": "discrete", "n": 2}})
 
 
 def test_unbounded_actions_and_a_stuck_alpha_are_refused():

@@ -27,6 +27,7 @@ from pathlib import Path
 from trainer.cluster.admission import AdmissionGate, resolve_token
 from trainer.cluster.nodes import NodeMonitor, host_store, pin_collectives_to, start_heartbeat
 from trainer.config.checks import ConfigError
+from trainer.config.keys import TrainConfig
 from trainer.run.layout import log_path
 from trainer.run.ranks import WRITER_ENV
 
@@ -52,8 +53,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def ranks_wanted(config, nproc: int | None) -> int:
-    """--nproc, else the config's (`TrainConfig.ranks_per_node`)."""
-    return nproc or config.ranks_per_node()
+    """--nproc, else the config's (`TrainConfig.ranks_per_node`; `config` may be any object with
+    nproc_per_node and gpu_ids, as the studio's launcher passes)."""
+    return nproc or TrainConfig.ranks_per_node(config)
 
 
 def custom_code_line(allowed: bool, flag: str) -> str:
