@@ -46,18 +46,7 @@ class DQN(Algorithm):
         self.policy = QNetwork(spec).to(device)
         self.target = frozen_copy(self.policy)
         self.optimizer = Adam(self.policy)  # trainer/algos/adam.py: one flat vector, one step
-        self.buffer = ReplayBuffer(
-            config.buffer_size,
-            config.num_envs,
-            tuple(spec["obs_shape"]),
-            (),
-            torch.int64,
-            device,
-            config.gamma,
-            config.n_step,
-            config.use_per,
-            config.per_alpha,
-        )
+        self.buffer = ReplayBuffer.for_config(config, self.policy, device)
         self.steps_per_update = config.num_envs * config.num_steps
         self.last_target_copy = 0  # env steps (this process) at the last hard copy
         self.epsilon = config.exploration_initial_eps

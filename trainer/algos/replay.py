@@ -80,6 +80,24 @@ class ReplayBuffer:
         self.window = torch.arange(n_step, device=device)
         self.discount_powers = gamma ** torch.arange(n_step + 1, dtype=torch.float32, device=device)
 
+    @classmethod
+    def for_config(cls, config: Any, policy: Any, device: torch.device | str) -> ReplayBuffer:
+        """The buffer a replay algorithm's keys describe, for its playing network's observations and
+        actions (discrete: one int64 each; continuous: `action_size` float32 values)."""
+        action_shape, dtype = ((), torch.int64) if policy.discrete else ((policy.action_size,), torch.float32)
+        return cls(
+            config.buffer_size,
+            config.num_envs,
+            tuple(policy.spec["obs_shape"]),
+            action_shape,
+            dtype,
+            device,
+            config.gamma,
+            config.n_step,
+            config.use_per,
+            config.per_alpha,
+        )
+
     @property
     def size(self) -> int:
         """Transitions stored."""

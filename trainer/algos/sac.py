@@ -69,18 +69,7 @@ class SAC(Algorithm):
         self.actor_optimizer = Adam(self.policy)
         self.critic_optimizer = Adam(self.critic)
         self.alpha_optimizer = Adam(self.entropy_coefficient)
-        self.buffer = ReplayBuffer(
-            config.buffer_size,
-            config.num_envs,
-            tuple(self.policy.spec["obs_shape"]),
-            (action_dim,),
-            torch.float32,
-            device,
-            config.gamma,
-            config.n_step,
-            config.use_per,
-            config.per_alpha,
-        )
+        self.buffer = ReplayBuffer.for_config(config, self.policy, device)
         self.steps_per_update = config.num_envs * config.num_steps
         self.learning_rate = config.learning_rate  # this update's (Progress.learning_rate)
         self.gradient_step = 0  # gradient steps of the critics so far (the delayed actor steps count them)
