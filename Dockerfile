@@ -6,7 +6,12 @@
 #
 # The base image brings Python, PyTorch and the CUDA runtime; without a GPU (or without
 # --gpus) the same image trains on the CPU. Runs are written to the /data/runs volume.
-FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+#
+# BASE_IMAGE swaps the base for any image whose `python` / `pip` (first on PATH) already has
+# PyTorch, e.g. a CPU-only one built locally: `.ci/container` bootstraps Debian with the CPU
+# torch wheel and builds this file with --build-arg BASE_IMAGE=localhost/rl-studio-base:...
+ARG BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+FROM ${BASE_IMAGE}
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -21,7 +26,8 @@ WORKDIR /app
 # Runtime dependencies only: torch comes with the base image (a pip torch would replace its
 # CUDA build), and the test tools (pytest, playwright) are not needed to serve the studio.
 COPY requirements.txt ./
-RUN grep -vE '^(torch|pytest|pytest-timeout|playwright)([<>=! ]|$)' requirements.txt > /tmp/runtime-requirements.txt \
+RUN python -c "import torch" || { echo "BASE_IMAGE must bring python with torch installed" >&2; exit 1; } \
+ && grep -vE '^(torch|pytest|pytest-timeout|playwright)([<>=! ]|$)' requirements.txt > /tmp/runtime-requirements.txt \
  && pip install -r /tmp/runtime-requirements.txt \
  && rm /tmp/runtime-requirements.txt
 

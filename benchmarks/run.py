@@ -5,6 +5,7 @@
     python -m benchmarks --games         Flappy Bird and Snake to their score targets (long)
     python -m benchmarks --only throughput,solve
     python -m benchmarks --only off_policy   DQN and SAC against SB3's (benchmarks/off_policy.py; long)
+    python -m benchmarks --only studio_latency   cold start, idle CPU, Start to first picture (~3 min)
 
 Every measurement runs in a fresh Python process (`benchmarks.contender`) with the same torch
 thread count, so none inherits another's warm caches and "seconds from launch" is honest. The
@@ -36,7 +37,7 @@ if str(REPO_ROOT) not in sys.path:
 from benchmarks import report  # noqa: E402
 from benchmarks.sb3_peer import NET_ARCH, RL_ZOO_CARTPOLE  # noqa: E402
 
-SECTIONS = ("throughput", "ceiling", "solve", "scaling", "games", "off_policy")
+SECTIONS = ("throughput", "ceiling", "solve", "scaling", "games", "off_policy", "studio_latency")
 DEFAULT_SECTIONS = ("throughput", "ceiling", "solve", "scaling")
 SCALING_NUM_ENVS = (16, 64, 256, 1024, 4096)
 SOLVE_TARGET = 475.0
@@ -462,10 +463,14 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.off_policy import run_off_policy
 
         results["off_policy"] = run_off_policy(args, run_in_fresh_process, _say)
+    if "studio_latency" in args.sections:  # its own file: studio_latency.json (benchmarks/studio_latency.py)
+        from benchmarks.studio_latency import run_studio_latency
+
+        results["studio_latency"] = run_studio_latency(out=args.out)
     results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     # The off_policy section keeps its own files (off_policy.md / .json / .png): run alone, it leaves
     # the suite's results.md / results.json as the last run of the other sections wrote them.
-    written = report.write_report(results, args.out) if set(args.sections) - {"off_policy"} else []
+    written = report.write_report(results, args.out) if set(args.sections) - {"off_policy", "studio_latency"} else []
     if "off_policy" in results:
         from benchmarks.off_policy import write_section_report
 

@@ -8,7 +8,8 @@ is written once, in `VecEnv.step`; a game supplies its physics and observations 
 The rollout steps every env through three batched methods declared here with defaults that work
 for any env (`step_groups`, `send`, `recv_views`); an env with a faster way overrides them (the
 worker pool hands back views of its shared memory, and steps one half of the batch while the
-policy acts on the other). Its neighbours: `errors.py`, `names.py` (did you mean), `options.py`
+policy acts on the other). An env whose games forbid some actions in some states says which are
+allowed through `action_masks` (None here: every action always is). Its neighbours: `errors.py`, `names.py` (did you mean), `options.py`
 (option and device checks), `stats.py` (EpisodeStats), `noise.py` (UniformNoise).
 """
 
@@ -153,6 +154,18 @@ class VecEnv:
         """`recv` for a caller that copies the results before it sends the group again: they may
         be views of the env's memory (as `step_views`). Here, `recv` itself."""
         return self.recv(group)
+
+    # Action masks -------------------------------------------------------------------------------
+
+    def action_masks(self) -> Tensor | None:
+        """Which actions each env may take now: a bool tensor (num_envs, n) for a Discrete action
+        space of n actions, True where allowed, for the observations the last `reset` / `step`
+        (or `recv` of a group: its rows) handed back; None when this env never forbids an action
+        (the default, and what keeps masking free for every env that has none). Every row has at
+        least one True. It may be a view of the env's memory, valid until the next step: copy it
+        to keep it. The policy gives forbidden actions probability 0 (sb3-contrib's
+        `action_masks()`; a Gymnasium env reports its own through `info["action_mask"]`)."""
+        return None
 
     # ----------------------------------------------------------------------------------------------
 

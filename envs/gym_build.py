@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 
 import gymnasium
+import numpy as np
 
 from envs.errors import EnvConfigError, UnknownEnvError
 
@@ -53,3 +54,28 @@ def bad_kwarg_error(env_id: str, error: TypeError) -> EnvConfigError:
     if match:
         return EnvConfigError(f"{env_id} does not take the option {match.group(1)!r} ({error})")
     return EnvConfigError(f"{env_id} could not be built with the options given: {error}")
+
+
+def vec_spaces(
+    name: str, observation_space: gymnasium.Space, action_space: gymnasium.Space
+) -> tuple[gymnasium.spaces.Box, tuple[int, int] | None, int | None]:
+    """What `GymVecEnv` makes of one copy's spaces: (its float32 Box observation space, (n, start)
+    of a Discrete observation it turns into one-hot vectors or None, the start of a Discrete
+    action space or None for a Box one); EnvConfigError for the spaces it does not take."""
+    if isinstance(observation_space, gymnasium.spaces.Box):
+        one_hot = None
+        low, high = observation_space.low.astype(np.float32), observation_space.high.astype(np.float32)
+        observations = gymnasium.spaces.Box(low, high, dtype=np.float32)
+    elif isinstance(observation_space, gymnasium.spaces.Discrete):
+        one_hot = (int(observation_space.n), int(observation_space.start))
+        observations = gymnasium.spaces.Box(0.0, 1.0, shape=(int(observation_space.n),), dtype=np.float32)
+    else:
+        raise EnvConfigError(
+            f"{name}: observation space {observation_space} is not supported; only Box and Discrete "
+            f"are. Flatten it with a wrapper, e.g. wrappers=['gymnasium.wrappers:FlattenObservation']"
+        )
+    if isinstance(action_space, gymnasium.spaces.Discrete):
+        return observations, one_hot, int(action_space.start)
+    if isinstance(action_space, gymnasium.spaces.Box):
+        return observations, one_hot, None
+    raise EnvConfigError(f"{name}: action space {action_space} is not supported; only Discrete and Box are")

@@ -8,6 +8,9 @@ shared-memory `WorkerPool` (`pool`: `num_workers` processes sharing the copies; 
 the same, in two halves that step while the policy acts on the other). Observations, rewards and done flags come back as
 tensors on the chosen device; finished episodes feed the same `EpisodeStats` as the native
 envs, with `score` taken from the env's `info["score"]` when it reports one, else the return.
+A Discrete-action env that reports `info["action_mask"]` (at reset, and with each step: the mask
+of the observation it returns) has its masks handed on by `action_masks`, as sb3-contrib's
+MaskablePPO reads them; one that reports none costs nothing for it.
 
 Every step crosses from tensors to numpy and back and each copy is a Python object stepped
 one at a time, so the pool is the fast path for a user's own game: its cost is the env's.
@@ -27,9 +30,9 @@ from torch import Tensor
 from envs.base import VecEnv
 from envs.cores import resolve_num_workers
 from envs.errors import EnvConfigError, EnvError
-from envs.gym_build import bad_kwarg_error, load_entry_point, make_single_env
+from envs.gym_build import bad_kwarg_error, load_entry_point, make_single_env, vec_spaces
 from envs.pool import DEFAULT_STEP_TIMEOUT_S, WorkerPool
-from envs.pool_worker import LocalEnvs, episode_scores
+from envs.pool_worker import LocalEnvs, copy_vector_masks, episode_scores
 
 MODES = ("sync", "async", "pool", "async_pool")
 
@@ -78,7 +81,10 @@ class GymVecEnv(VecEnv):
         except gymnasium.error.Error as error:
             raise EnvError(f"Gymnasium could not build {env_id!r}: {error}") from error
         try:
-            self._configure_spaces(probe.observation_space, probe.action_space)
+            self.single_observation_space, self._one_hot_obs, self._action_start = vec_spaces(
+                self.name, probe.observation_space, probe.action_space
+            )
+            self.single_action_space = probe.action_space
             render_modes = probe.metadata.get("render_modes", []) or []
             self.metadata = {"render_fps": probe.metadata.get("render_fps", 30)}
         finally:
@@ -95,9 +101,12 @@ class GymVecEnv(VecEnv):
         self._step_stats = torch.zeros(3, num_envs, device=self.device)
         self._groups = (slice(0, num_envs),)  # `step_groups`: async_pool steps two halves
         obs_shape = () if self._one_hot_obs is not None else self.single_observation_space.shape
+        mask_size = int(self.single_action_space.n) if self._action_start is not None else 0
+        self._masks: np.ndarray | None = None  # the async mode's copy of the envs' action masks
+        self._mask_view: Tensor | None = None  # `action_masks` over them, once the envs report masks
         if mode == "sync":
             self._pool = LocalEnvs(
-                env_fn, num_envs, obs_shape, self.single_action_space.shape, self.single_action_space.dtype
+                env_fn, num_envs, obs_shape, self.single_action_space.shape, self.single_action_space.dtype, mask_size
             )
             self._group_received = [False]
             self._views = self._shared_views()
@@ -107,6 +116,7 @@ class GymVecEnv(VecEnv):
                 autoreset_mode=AutoresetMode.SAME_STEP,
                 max_concurrency=None if num_workers is None else resolve_num_workers(num_workers, num_envs),
             )
+            self._masks = np.ones((num_envs, mask_size), dtype=np.bool_)
         else:
             groups = 2 if mode == "async_pool" else 1
             workers = max(groups, resolve_num_workers(num_workers, num_envs))
@@ -119,6 +129,7 @@ class GymVecEnv(VecEnv):
                 self.single_action_space.dtype,
                 groups=groups,
                 step_timeout=step_timeout,
+                mask_size=mask_size,
             )
             if groups == 2:
                 self._groups = tuple(self._pool.group_envs)
@@ -137,32 +148,6 @@ class GymVecEnv(VecEnv):
         )  # Gymnasium's vectorisers (the pool's: in its workers)
         self._seed = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator))
         self._last_obs = self.reset(self._seed)
-
-    def _configure_spaces(self, observation_space: gymnasium.Space, action_space: gymnasium.Space) -> None:
-        if isinstance(observation_space, gymnasium.spaces.Box):
-            self._one_hot_obs = None
-            self.single_observation_space = gymnasium.spaces.Box(
-                observation_space.low.astype(np.float32), observation_space.high.astype(np.float32), dtype=np.float32
-            )
-        elif isinstance(observation_space, gymnasium.spaces.Discrete):
-            self._one_hot_obs = (int(observation_space.n), int(observation_space.start))
-            self.single_observation_space = gymnasium.spaces.Box(
-                0.0, 1.0, shape=(int(observation_space.n),), dtype=np.float32
-            )
-        else:
-            raise EnvConfigError(
-                f"{self.name}: observation space {observation_space} is not supported; only Box and Discrete "
-                f"are. Flatten it with a wrapper, e.g. wrappers=['gymnasium.wrappers:FlattenObservation']"
-            )
-        if isinstance(action_space, gymnasium.spaces.Discrete):
-            self._action_start = int(action_space.start)
-        elif isinstance(action_space, gymnasium.spaces.Box):
-            self._action_start = None
-        else:
-            raise EnvConfigError(
-                f"{self.name}: action space {action_space} is not supported; only Discrete and Box are"
-            )
-        self.single_action_space = action_space
 
     # Conversions ------------------------------------------------------------------------------
 
@@ -202,18 +187,32 @@ class GymVecEnv(VecEnv):
         if self._pool is not None:
             obs = self._pool.reset(seed)
             self._group_received = [False] * len(self._group_received)
+            masks, reported = self._pool.shared.action_mask, self._pool.shared.mask_reported.any()
         else:
-            obs, _ = self._vector_env.reset(seed=seed)
+            obs, info = self._vector_env.reset(seed=seed)
+            masks, reported = self._masks, copy_vector_masks(self._masks, info)
+        self._mask_view = torch.from_numpy(masks) if reported and masks.shape[1] else None
         self._sent = None
         self.stats.reset()
         self._running_return[:] = 0.0
         return self._obs_to_tensor(obs)
+
+    def action_masks(self) -> Tensor | None:
+        """(num_envs, n) bool: each env's last `info["action_mask"]` (all True for an env that
+        reported none), or None when no env reported one at reset. On the CPU, a view of the
+        shared memory the next step rewrites."""
+        view = self._mask_view
+        if view is None or self.device.type == "cpu":
+            return view
+        return view.to(self.device)
 
     def _gymnasium_step(self, actions: np.ndarray) -> tuple:
         """One step of Gymnasium's vector env as the pool's workers report it: (obs, final_obs,
         reward, terminated, truncated, done, score), numpy arrays of N."""
         obs, reward, terminated, truncated, info = self._vector_env.step(actions)
         done = np.logical_or(terminated, truncated)
+        if self._mask_view is not None:  # same-step auto-reset: a finished env's info is its reset's
+            copy_vector_masks(self._masks, info)
         env_score = np.zeros(self.num_envs, dtype=np.float64)
         has_score = np.zeros(self.num_envs, dtype=bool)
         if "score" in info:  # the env reports its own game score

@@ -78,6 +78,7 @@ class WorkerPool:
     env_fn: a picklable (by cloudpickle) function returning one `gymnasium.Env`.
     obs_shape / action_shape / action_dtype: of one env (observations are stored as float32).
     groups: 1 (every step waits for all workers) or 2 (`send` / `recv` per half, for overlap).
+    mask_size: Discrete actions: n, so that the envs' `info["action_mask"]` reach `shared.action_mask`.
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class WorkerPool:
         groups: int = 1,
         step_timeout: float = DEFAULT_STEP_TIMEOUT_S,
         context: str | None = None,
+        mask_size: int = 0,
     ):
         if groups not in (1, 2):
             raise EnvConfigError(f"a worker pool steps its envs in 1 or 2 groups, got {groups!r}")
@@ -103,7 +105,7 @@ class WorkerPool:
         worker_groups = np.array_split(np.arange(num_workers), groups)
         self.group_workers = [list(map(int, workers)) for workers in worker_groups]
         self.group_envs = [slice(self.slices[w[0]][0], self.slices[w[-1]][1]) for w in self.group_workers]
-        spec_args = (num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), num_workers)
+        spec_args = (num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), num_workers, mask_size)
         self.shared = Shared(*spec_args)
         self._closed = False
         self._in_flight = [False] * groups

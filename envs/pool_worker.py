@@ -36,6 +36,7 @@ class Shared:
         action_shape: tuple,
         action_dtype: np.dtype,
         num_workers: int,
+        mask_size: int = 0,
         raw: dict | None = None,
     ):
         self.specs = {
@@ -49,6 +50,10 @@ class Shared:
             "truncated": ((num_envs,), np.bool_),
             "done": ((num_envs,), np.float32),  # terminated | truncated, as 0.0 / 1.0 (the statistics multiply by it)
             "score": ((num_envs,), np.float32),
+            # Discrete actions: the allowed actions of each env's current observation (its
+            # info["action_mask"]; all True for an env that reports none), and which envs report one.
+            "action_mask": ((num_envs, mask_size), np.bool_),
+            "mask_reported": ((num_envs,), np.bool_),
             "seeds": ((num_envs,), np.int64),  # -1: reset without a seed
             "command": ((num_workers,), np.int32),
             # `Doorbell`s: learner -> worker (a command is waiting) and worker -> learner (done)
@@ -97,6 +102,34 @@ def episode_scores(
     score = np.where(has_score, env_score, running)
     running[done] = 0.0
     return score
+
+
+def write_action_mask(out: np.ndarray, info: dict | None, index: int) -> bool:
+    """Copy an env's `info["action_mask"]` (n values, True or 1 where the action is allowed) into
+    `out[index]`: True if it reported one; without one the row allows every action. The one rule
+    for every Gymnasium vectoriser (the pool's workers and envs.gym_vec for Gymnasium's own)."""
+    mask = info.get("action_mask") if info else None
+    if mask is None:
+        out[index] = True
+        return False
+    mask = np.asarray(mask)
+    if mask.shape != out.shape[1:]:
+        raise ValueError(
+            f"info['action_mask'] must hold one flag per action, shape {out.shape[1:]}, got shape {mask.shape}"
+        )
+    out[index] = mask.astype(np.bool_, copy=False)
+    return True
+
+
+def copy_vector_masks(out: np.ndarray, info: dict) -> bool:
+    """Gymnasium's own vector env: its envs' `info["action_mask"]` (where `info["_action_mask"]`
+    says an env reported one) into `out` (N, n); True if any did."""
+    if not out.shape[1] or "action_mask" not in info:
+        return False
+    reported = np.asarray(info.get("_action_mask", np.ones(len(out), dtype=bool)), dtype=bool)
+    for index in np.flatnonzero(reported):
+        write_action_mask(out, {"action_mask": info["action_mask"][index]}, int(index))
+    return bool(reported.any())
 
 
 def _die_with_parent(parent_pid: int, pdeathsig: bool) -> None:
@@ -187,6 +220,8 @@ class EnvSlice:
         self._reward, self._env_score = np.zeros(count), np.zeros(count)
         self._has_score = np.zeros(count, dtype=bool)
         self._running = np.zeros(count)  # the return of each episode in progress (its score without info["score"])
+        # Whether these envs report action masks (seen at reset): only then does a step copy them.
+        self._masked = False
 
     def step(self) -> None:
         shared, lo, hi = self.shared, self.lo, self.hi
@@ -194,6 +229,7 @@ class EnvSlice:
         term_out, trunc_out = shared.terminated, shared.truncated
         reward, env_score, has_score = self._reward, self._env_score, self._has_score
         discrete = actions.ndim == 1
+        masks = shared.action_mask if self._masked else None
         for j, (k, env) in enumerate(zip(range(lo, hi), self.envs)):
             obs, reward[j], terminated, truncated, info = env.step(actions[k] if discrete else actions[k].copy())
             term_out[k] = terminated
@@ -204,11 +240,13 @@ class EnvSlice:
                 env_score[j] = score
             if terminated or truncated:
                 final_out[k] = obs
-                obs, _ = env.reset()
+                obs, info = env.reset()
                 obs_out[k] = obs
             else:
                 obs_out[k] = obs
                 final_out[k] = obs
+            if masks is not None:  # the mask of the observation handed back: after a reset, the reset's
+                write_action_mask(masks, info, k)
         ended = term_out[lo:hi] | trunc_out[lo:hi]
         shared.done[lo:hi] = ended
         shared.reward[lo:hi] = reward
@@ -219,9 +257,12 @@ class EnvSlice:
         shared = self.shared
         for k, env in zip(range(self.lo, self.hi), self.envs):
             seed = int(shared.seeds[k])
-            obs, _ = env.reset(seed=None if seed < 0 else seed)
+            obs, info = env.reset(seed=None if seed < 0 else seed)
             shared.obs[k] = obs
             shared.final_obs[k] = obs
+            if shared.action_mask.shape[1]:
+                shared.mask_reported[k] = write_action_mask(shared.action_mask, info, k)
+        self._masked = bool(shared.mask_reported[self.lo : self.hi].any())
         self._running[:] = 0.0
 
     def close(self) -> None:
@@ -239,9 +280,19 @@ class LocalEnvs:
     num_workers = 1
     pids: list[int] = []
 
-    def __init__(self, env_fn: Callable, num_envs: int, obs_shape: tuple, action_shape: tuple, action_dtype: np.dtype):
+    def __init__(
+        self,
+        env_fn: Callable,
+        num_envs: int,
+        obs_shape: tuple,
+        action_shape: tuple,
+        action_dtype: np.dtype,
+        mask_size: int = 0,
+    ):
         self.num_envs = num_envs
-        self.shared = Shared(num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), 1, raw={})
+        self.shared = Shared(
+            num_envs, tuple(obs_shape), tuple(action_shape), np.dtype(action_dtype), 1, mask_size, raw={}
+        )
         self._slice = EnvSlice([env_fn() for _ in range(num_envs)], 0, num_envs, self.shared)
 
     def reset(self, seed: int | None = None) -> np.ndarray:

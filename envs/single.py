@@ -3,7 +3,9 @@
 Each is a one-env batch of the native game, behind the plain `gymnasium.Env` API with numpy
 observations, so the games work with any RL library. `render_mode="rgb_array"` returns frames;
 `render_mode="human"` shows them in a pygame window at the game's speed. `info["score"]` is
-the game score (pipes passed, food eaten).
+the game score (pipes passed, food eaten). A game that masks actions (Snake in absolute mode)
+adds `info["action_mask"]` (bool, one per action) and has `action_masks()`, as sb3-contrib's
+MaskablePPO reads them.
 """
 
 from __future__ import annotations
@@ -39,14 +41,25 @@ class NativeSingleEnv(gymnasium.Env):
         obs = self._game.reset(seed=seed)  # no seed: the game's generator carries on
         if self.render_mode == "human":
             self.render()
-        return obs[0].numpy(), {"score": 0.0}
+        return obs[0].numpy(), self._with_mask({"score": 0.0})
 
     def step(self, action):
         obs, reward, terminated, truncated, _ = self._game.step(torch.as_tensor([int(action)]))
-        info = {"score": float(self._game.game_score()[0])}
+        info = self._with_mask({"score": float(self._game.game_score()[0])})
         if self.render_mode == "human":
             self.render()
         return obs[0].numpy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+
+    def action_masks(self) -> np.ndarray | None:
+        """The actions allowed now (bool, one per action), or None if the game forbids none."""
+        masks = self._game.action_masks()
+        return None if masks is None else masks[0].numpy().copy()
+
+    def _with_mask(self, info: dict) -> dict:
+        mask = self.action_masks()
+        if mask is not None:
+            info["action_mask"] = mask
+        return info
 
     def render(self):
         if self.render_mode is None:

@@ -15,7 +15,8 @@ Every few hundred steps (a Python counter: no host sync) the board is rebased to
 that the small int16 times never overflow.
 
 Actions (default `action_mode="relative"`): 0 = straight on, 1 = turn left, 2 = turn right.
-With `action_mode="absolute"`: 0 = up, 1 = right, 2 = down, 3 = left (reversing is ignored).
+With `action_mode="absolute"`: 0 = up, 1 = right, 2 = down, 3 = left; reversing into the neck is
+masked (`action_masks`: the policy never picks it) and, if given anyway, ignored.
 
 Observation (default `obs="vector"`, 18 floats in [-1, 1]):
     0-2   danger one cell straight ahead / to the left / to the right (wall or body)
@@ -284,6 +285,14 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
 
     def game_score(self) -> Tensor:
         return self.score
+
+    def action_masks(self) -> Tensor | None:
+        """Absolute mode: (N, 4) bool, every direction but the reverse of the heading (the move
+        into the snake's own neck); one table lookup, no loop over envs. Relative mode (straight,
+        left, right): None, as no action is ever forbidden."""
+        if self.action_mode == "relative":
+            return None
+        return self._allowed_of_heading.index_select(0, self.heading)
 
     # Rendering --------------------------------------------------------------------------------
 

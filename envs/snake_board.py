@@ -89,6 +89,12 @@ class SnakeBoard:
                     new_headings.append(h if action == (h + 2) % 4 else action)  # reversing is ignored
         self._new_heading = torch.tensor(new_headings, device=dev)
         self._move_of = torch.tensor([moves[h] for h in new_headings], device=dev)
+        # Per heading: the actions allowed (absolute mode: every one but the reverse, into the neck).
+        allowed = [
+            [self.action_mode == "relative" or a != (h + 2) % 4 for a in range(self._actions_per_heading)]
+            for h in range(4)
+        ]
+        self._allowed_of_heading = torch.tensor(allowed, dtype=torch.bool, device=dev)
         # Danger probes per heading: 1 cell straight / left / right, then 2 cells. Kept probe-major
         # ((6, N) in the step): on a CPU, ops over a few long rows beat ops over many short ones.
         probes = []

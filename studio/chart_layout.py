@@ -1,6 +1,6 @@
 """The pieces every studio chart is built of, as plotly-JSON dicts (studio/charts.py,
 studio/system_chart.py): a line trace, the base layout (plotly_white template, legend, margins),
-an empty chart's note, a note on the paper.
+an empty chart's note, a note on the paper, a chart of a single point made readable.
 """
 
 from __future__ import annotations
@@ -51,6 +51,23 @@ def show_waiting(layout: dict, text: str) -> None:
     layout["xaxis"] = {"visible": False}
     layout["yaxis"] = {"visible": False}
     layout["showlegend"] = False
+
+
+def show_lone_points(figure: dict) -> dict:
+    """A curve of one point (the first update) drawn as a dot, and an x-axis whose curves all sit
+    at one x spanning from 0 to it: plotly draws a lone point of a line as nothing, on an axis
+    zoomed to x ± 1 ("4.095k" to "4.097k")."""
+    at: dict[str, set] = {}  # x-axis ("x", "x2", ...) -> the x values of its curves
+    for trace in figure["data"]:
+        at.setdefault(trace.get("xaxis", "x"), set()).update(trace["x"])
+        if len(trace["x"]) == 1:
+            trace["mode"] = "lines+markers"
+            trace["marker"] = {"color": trace.get("line", {}).get("color"), "size": 8}
+    layout = figure["layout"]
+    for axis, values in at.items():
+        if len(values) == 1:
+            layout.setdefault("xaxis" + axis[1:], {})["rangemode"] = "tozero"
+    return figure
 
 
 def note(text: str, x: float, y: float, size: int = 12, **position) -> dict:

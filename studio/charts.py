@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from studio.chart_layout import base_layout, line, note, show_waiting
+from studio.chart_layout import base_layout, line, note, show_lone_points, show_waiting
 from studio.score import GameScore, game_name, game_score
 from studio.series import SMOOTHING_WEIGHT, downsample, is_number, metric_series, smooth
 from trainer.config.metrics import chart_metrics
@@ -202,7 +202,7 @@ def reward_figure(
             layout["title"]["text"] += f'<span style="font-size:12px;color:#6b7280">{linear_note}</span>'
     if len(panels) > 1:
         layout["margin"] = {"l": 60, "r": 20, "t": 80, "b": 45}
-    return {"data": data, "layout": layout}
+    return show_lone_points({"data": data, "layout": layout})
 
 
 def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str = "steps") -> dict:
@@ -249,7 +249,7 @@ def diagnostics_figure(sources: Sequence[CurveSource], height: int = 460, x: str
                 layout[name].pop("tickformat", None)
         layout["xaxis"]["title"] = {"text": x_title}  # the first small chart names the unit
     layout["showlegend"] = overlay
-    return {"data": data, "layout": layout}
+    return show_lone_points({"data": data, "layout": layout})
 
 
 # ----------------------------------------------------------------------------- pieces

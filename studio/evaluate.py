@@ -64,12 +64,15 @@ def runs_with_models(runs: Sequence) -> list[str]:
     return [run.run_id for run in runs if run.final_model or run.latest_checkpoint]
 
 
-def preselected_run(runs: Sequence, current: str | None = None) -> str | None:
-    """The run the Evaluate tab picks for its visitor: the one already picked while it still has a
-    model, else the newest finished run with a final model, else the newest run with any model."""
+def preselected_run(runs: Sequence, current: str | None = None, viewed: str | None = None) -> str | None:
+    """The run the Evaluate tab picks for its visitor: the run last viewed (on the Train tab, or
+    picked on the Runs or Evaluate tab; a run just stopped has its model) while it has a model,
+    else the one already picked while it still has one, else the newest finished run with a final
+    model, else the newest run with any model."""
     choices = runs_with_models(runs)
-    if current in choices:
-        return current
+    for run_id in (viewed, current):
+        if run_id in choices:
+            return run_id
     finished = [run.run_id for run in runs if run.status == "finished" and run.final_model]
     return (finished or choices or [None])[0]
 

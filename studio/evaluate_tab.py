@@ -20,13 +20,14 @@ from trainer.run.layout import checkpoint_folder, list_checkpoints
 class EvaluateTab(Handlers):
     """The Evaluate tab's event functions."""
 
-    def on_evaluate_tab(self, current: str | None):
-        """Opening the Evaluate tab: the runs with a model, one of them picked (its final model
-        then preselected by `model_files`), so Evaluate works at once."""
+    def on_evaluate_tab(self, current: str | None, viewed: str | None = None):
+        """Opening the Evaluate tab: the runs with a model, one of them picked (the run last
+        viewed, see `preselected_run`; its final model then preselected by `model_files`), so
+        Evaluate works at once."""
         from studio.evaluate import preselected_run
 
         runs = self.manager.list_runs()
-        return gr.Dropdown(choices=runs_with_models(runs), value=preselected_run(runs, current))
+        return gr.Dropdown(choices=runs_with_models(runs), value=preselected_run(runs, current, viewed))
 
     def model_files(self, run_id: str | None):
         """The picked run's model files: final models first, then its checkpoints, newest first."""
@@ -143,10 +144,11 @@ def wire_evaluate_tab(handlers: EvaluateTab, panel: EvaluatePanel, runs: RunsEve
     """The Evaluate tab's events; opening it stops the Runs tab's timer and reads the runs again."""
     p = panel
     p.tab.select(**runs.hide, **PRIVATE).then(**runs.refresh, **PRIVATE).then(
-        handlers.on_evaluate_tab, p.run, p.run, **PRIVATE
-    )  # a run and its final model picked
+        handlers.on_evaluate_tab, [p.run, runs.last_viewed], p.run, **PRIVATE
+    )  # the run last viewed and its final model picked
     p.run.change(handlers.model_files, p.run, p.file, **PRIVATE)
     p.run.input(lambda: "run", None, p.source, **PRIVATE)
+    p.run.input(lambda run_id: run_id or gr.skip(), p.run, runs.last_viewed, **PRIVATE)  # picked here: kept
     p.upload.upload(lambda: "upload", None, p.source, **PRIVATE)
     p.button.click(
         handlers.on_evaluate,

@@ -19,7 +19,7 @@ from studio.system import SystemMonitor
 from trainer.config.keys import TrainConfig
 from trainer.run.layout import config_path, metrics_csv_path
 
-DEFAULT_ENV = "cartpole"
+DEFAULT_ENV = "flappy_bird"  # the game a new page (and /start without one) trains: the guides', with its tuned config
 DOWNLOAD_KINDS = ("model", "checkpoint", "config", "metrics")
 USER_ERRORS = (FormError, ConfigError, RunError)
 PRIVATE = {"api_visibility": "private"}  # the page's own events: not on the API page, not for gradio_client
@@ -133,6 +133,6 @@ def changed_value(viewed: dict, part: str, key: object) -> bool:
 
 def bold_message(error: Exception | str) -> str:
     """An error for a message box: its first line in bold, the rest as it is."""
-    text = str(error).strip()
+    text = views.markdown_text(str(error).strip())  # shown as written: a `*name` is no emphasis
     first, _, rest = text.partition("\n")
     return f"**{first}**" + (f"\n{rest}" if rest else "")

@@ -23,7 +23,7 @@ from pathlib import Path
 from studio.snapshot import ACTIVE_STATUSES, RESUMABLE_STATUSES, GifInfo, RunSnapshot, as_bool, as_float, as_int  # noqa: F401 - RESUMABLE_STATUSES re-exported: the studio's names for a run
 from trainer.run.layout import NOTES_FILE, events_path, find_final_model, latest_checkpoint_path, read_config
 from trainer.run.notes import RunNotes, read_run_notes
-from trainer.run.status import run_status
+from trainer.run.status import QUEUED, run_status
 
 LOG_TAIL_LINES = 400
 # Metrics points a run keeps in memory (a multi-hour run logs ~10 KB per update): every point up
@@ -49,6 +49,7 @@ class RunState:
     owner_alive: bool = True  # the process training it lives (set by whoever follows the run)
     stopping: bool = False  # a stop was asked for by this studio
     launch_mark: tuple[int, int] | None = None  # (starts, ends) seen when this studio launched its segment
+    queue_place: int | None = None  # waiting in the run queue (trainer/run/run_queue.py): its place in line
     total_timesteps: int | None = None
     step: int = 0
     device: str | None = None
@@ -84,6 +85,7 @@ class RunState:
         "owner_alive",
         "stopping",
         "launch_mark",
+        "queue_place",
         "notes",
         "lock",
     )
@@ -121,7 +123,7 @@ class RunState:
                 starts, ends = self.launch_mark
                 end_status = end_status if self.end_count > ends else None
                 started = self.start_count > starts
-            status = run_status(end_status, self.owner_alive, started, self.stopping)
+            status = run_status(end_status, self.owner_alive, started, self.stopping, self.queue_place is not None)
             if status != self.status:
                 self.status = status
                 self.version += 1
@@ -211,6 +213,7 @@ class RunState:
                     steps_shown=as_int(event.get("steps_shown")),
                     episode_steps=as_int(event.get("episode_steps")),
                     episode_ended=as_bool(event.get("episode_ended")),
+                    recorded_at=event_time - (as_float(event.get("seconds")) or 0.0),
                 )
             )
 
@@ -259,12 +262,13 @@ class RunState:
                 name=self.notes.name,
                 notes=self.notes.notes,
                 version=self.version,
+                queue_place=self.queue_place if self.status == QUEUED else None,
             )
 
     def _wall_seconds(self) -> float:
         if self.segment_started_at is None:
             return 0.0
-        if self.status in ACTIVE_STATUSES:
+        if self.status in ACTIVE_STATUSES and self.status != QUEUED:  # a queued resume's clock waits too
             segment_end = time.time()
         else:
             segment_end = self.last_event_at or self.segment_started_at

@@ -25,6 +25,7 @@ from studio.history import RunSnapshot
 from studio.runs import RunManager
 from studio.throttle import basic_credentials
 from trainer.run.owner import read_owner
+from trainer.run.status import ACTIVE_STATUSES
 from trainer.serving.metrics_export import DEFAULT_FALLING_UPDATES, RunSample, RunsCollector
 
 
@@ -36,7 +37,7 @@ def run_sample(snapshot: RunSnapshot) -> RunSample:
             checkpoint_at = Path(snapshot.latest_checkpoint).stat().st_mtime
         except OSError:
             checkpoint_at = None
-    owner = read_owner(snapshot.run_dir) if snapshot.status in ("starting", "running", "stopping") else None
+    owner = read_owner(snapshot.run_dir) if snapshot.status in ACTIVE_STATUSES else None
     return RunSample(
         run_id=snapshot.run_id,
         env=snapshot.env_name,

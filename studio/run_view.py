@@ -8,8 +8,10 @@ run trains: redrawing costs the browser, and each new file is another copy in Gr
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from studio import views
 from studio.charts import MAX_SMOOTHING, ChartOptions, CurveSource, diagnostics_figure, reward_figure
 from studio.handlers import DOWNLOAD_KINDS, Handlers, changed_value
 from studio.runs import RunSnapshot
+from studio.snapshot import GifInfo
 from trainer.run.layout import CONFIG_FILE, METRICS_CSV_FILE
 
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
@@ -49,9 +52,9 @@ class RunViewHandlers(Handlers):
             updates = [views.status_html(None)]
             empty = changed("charts", None)
             updates += [plot_data(reward_figure([])) if empty else gr.skip()]
-            updates += (
-                [gr.Image(value=None), views.gif_caption_html(None)] if changed("gif", None) else [gr.skip(), gr.skip()]
-            )
+            updates += [gr.Image(value=None) if changed("gif", None) else gr.skip()]
+            caption = rollout_caption_html(None, None)
+            updates += [caption if changed("gif_caption", caption) else gr.skip()]
             updates += [(views.log_html("") if changed("log", None) else gr.skip())] if with_log else []
             updates += [plot_data(diagnostics_figure([])) if empty else gr.skip()]
             updates += [
@@ -78,15 +81,13 @@ class RunViewHandlers(Handlers):
         updates: list = [views.status_html(run)]
         updates.append(plot_data(reward_figure(curves, **chart.kwargs())) if charts_changed else gr.skip())
 
+        # The newest rollout, as soon as its gif event is read (each tick reads only what the run's
+        # event file gained); its caption says how old it is, so it is redrawn when that changes.
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
-        if changed("gif", (run.run_id, gif_path)):
-            updates += [
-                gr.Image(value=gif_path),
-                views.gif_caption_html(gif if gif_path else None, run.config.get("env_name")),
-            ]
-        else:
-            updates += [gr.skip(), gr.skip()]
+        updates.append(gr.Image(value=gif_path) if changed("gif", (run.run_id, gif_path)) else gr.skip())
+        caption = rollout_caption_html(gif if gif_path else None, run)
+        updates.append(caption if changed("gif_caption", caption) else gr.skip())
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
             log_due = not run.is_active or time.time() - viewed.get("log_at", 0.0) >= self.chart_seconds
             log_changed = log_due and changed("log", views.log_identity(run))
@@ -156,7 +157,7 @@ def build_run_view(prefix: str, with_log: bool, status: gr.HTML | None = None) -
                 elem_id=f"{prefix}rollout-gif",
                 buttons=["download"],
             )
-            gif_caption = gr.HTML(views.gif_caption_html(None), elem_id=f"{prefix}rollout-caption")
+            gif_caption = gr.HTML(rollout_caption_html(None, None), elem_id=f"{prefix}rollout-caption")
         log = None
         if with_log:
             log = gr.HTML(views.log_html(""), label="Training log", elem_id=f"{prefix}train-log")
@@ -250,11 +251,41 @@ def _file_identity(path: str | None) -> tuple | None:
     return (stat.st_mtime_ns, stat.st_size)
 
 
-def _file_identity(path: str | None) -> tuple | None:
-    if path is None:
-        return None
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return (stat.st_mtime_ns, stat.st_size)
+def rollout_caption_html(gif: GifInfo | None, run: RunSnapshot | None, now: float | None = None) -> str:
+    """The line under the rollout GIF: what it shows (studio/views.py `gif_caption`) and, while the
+    run trains, how long ago it was recorded: "Rollout at step 12,288, recorded 4 s ago: ..."."""
+    text = views.gif_caption(gif, run.config.get("env_name") if run is not None else None)
+    if gif is not None and gif.recorded_at is not None and run is not None and run.is_active:
+        age = max(0.0, (time.time() if now is None else now) - gif.recorded_at)
+        head, colon, tail = text.partition(":")
+        text = f"{head}, recorded {age_text(age)} ago{colon}{tail}"
+    return f'<div class="gif-caption">{html.escape(text)}</div>'
+
+
+def age_text(seconds: float) -> str:
+    """4 -> "4 s", 200 -> "3 min"."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds // 60:.0f} min"
+
+
+# One PPO update's metrics, made up: what a run's first chart draws.
+_WARM_UP_METRICS = dict.fromkeys(
+    ("elapsed", "fps", "episode_return_mean", "episode_length_mean", "episode_score_mean", "recent_return_mean")
+    + ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance"),
+    1.0,
+)
+
+
+def warm_charts_in_background() -> threading.Thread:
+    """Draw each kind of chart once, with made-up points, in a background thread: their first
+    drawing imports plotly's templates and subplots (seconds on a small machine), which would
+    otherwise hold up a run's first tick, and with it the first picture on the page. The studio
+    calls it once its page answers."""
+
+    def draw() -> None:
+        curves = [CurveSource("warm-up", [{**_WARM_UP_METRICS, "step": step} for step in (1, 2)], "flappy_bird")]
+        reward_figure(curves)
+        diagnostics_figure(curves)
+
+    thread = threading.Thread(target=draw, name="warm-charts", daemon=True)
+    thread.start()
+    return thread

@@ -4,7 +4,9 @@ Each run's trainer runs in its own process with a stop event, forked from a fork
 already imported the trainer (`TRAINER_START_METHOD`). Every run, started here
 or found in the runs folder (an earlier studio, the CLI), is followed the same way: a
 `RunFollower` (studio/history.py) reads what its metrics.jsonl gained each time the run is
-looked at, and one rule (`trainer.run.status.run_status`) gives its state. Browser sessions only
+looked at, and one rule (`trainer.run.status.run_status`) gives its state. A run starts when the
+runs folder's run queue has a free slot, else it waits, "queued, 2nd in line", and starts by itself
+(studio/queued_runs.py, trainer/run/run_queue.py). Browser sessions only
 ever read snapshots, so any number of tabs can watch the same run, and closing a tab stops nothing.
 
 A run on several processes (`nproc_per_node`) or one that accepts workers (`max_nodes` > 1) is
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 
 from studio.history import ACTIVE_STATUSES, RESUMABLE_STATUSES, GifInfo, RunFollower, RunSnapshot, RunState  # noqa: F401 - re-exported: the studio's names for a run
+from studio.queued_runs import QueueingRuns
 from studio.run_paths import (  # noqa: F401 - re-exported: what the studio imports about runs
     RUN_ID_PATTERN,
     RunError,
@@ -42,7 +45,6 @@ from studio.trainer_process import (
     TrainerTarget,
     WorkerJoin,
     launcher_shape,
-    start_trainer,
     stoppable_trainer,
     trainer_context,
 )
@@ -54,19 +56,23 @@ from trainer.run.notes import write_run_notes
 from trainer.run.owner import live_owner
 
 
-class RunManager:
+class RunManager(QueueingRuns):
     """Starts, stops, resumes and deletes runs; the one shared state of the studio."""
 
     def __init__(
         self,
         runs_dir: str | os.PathLike,
-        max_concurrent_runs: int = 2,
+        max_concurrent_runs: int = 16,
         target: TrainerTarget | None = None,
         start_method: str = TRAINER_START_METHOD,
         allow_custom_envs: bool = False,
         cluster_host: str = "127.0.0.1",
         cluster_port: int = DEFAULT_PORT,
+        slots: int | None = None,
     ):
+        """max_concurrent_runs: runs this studio holds at once, training or queued (one more is
+        refused); slots: runs that train at once in the runs folder, the studio's and any sweep's
+        (trainer/run/run_queue.py; None: one per GPU, else per usable CPU core)."""
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be at least 1, got {max_concurrent_runs}")
         self.runs_dir = Path(runs_dir).expanduser().resolve()
@@ -80,6 +86,7 @@ class RunManager:
         self._lock = threading.RLock()
         self._active: dict[str, ActiveRun] = {}  # runs whose trainer this studio started
         self._followers: dict[str, RunFollower] = {}  # every run looked at so far
+        self._init_queue(slots)
 
     # ---- paths
 
@@ -103,15 +110,16 @@ class RunManager:
             write_config(run_dir, config)
             follower = self._followers[run_dir.name] = RunFollower(run_dir.name, run_dir)
             follower.state.config = dict(config)
-            self._launch(follower.state, resume=False, join=join)
+            self._enqueue(follower.state, resume=False, join=join)
             return follower.state
 
     def resume(self, run_id: str) -> RunState:
         """Continue a stopped, failed or interrupted run from its last checkpoint."""
         run_dir = self.run_dir(run_id)
         with self._lock:
-            if run_id in self._active:
-                raise RunError(f"Run {run_id} is still running; there is nothing to resume.")
+            if run_id in self._active or run_id in self._queued:
+                state = "queued" if run_id in self._queued else "still running"
+                raise RunError(f"Run {run_id} is {state}; there is nothing to resume.")
             owner = live_owner(run_dir)
             if owner is not None:
                 raise RunError(
@@ -137,7 +145,7 @@ class RunManager:
             join = self._new_join(config)
             state = self._followers[run_id].state
             state.config = config
-            self._launch(state, resume=True, join=join)
+            self._enqueue(state, resume=True, join=join)
             return state
 
     def stop(self, run_id: str) -> RunState:
@@ -145,6 +153,12 @@ class RunManager:
         run_dir = self.run_dir(run_id)
         with self._lock:
             active = self._active.get(run_id)
+            queued = self._queued.pop(run_id, None)
+            if queued is not None or (active is None and run_dir.is_dir() and self.queue.release_run(run_dir)):
+                # Waiting here (or in another studio on this folder): out of line, nothing trained.
+                if queued is not None:
+                    self.queue.release(queued.queue_entry)
+                return self._cancelled(run_id, run_dir)
             if active is None:
                 owner = live_owner(run_dir) if run_dir.is_dir() else None
                 if owner is not None and stoppable_trainer(owner):
@@ -203,6 +217,11 @@ class RunManager:
         with self._lock:
             if run_id in self._active or live_owner(run_dir) is not None:
                 raise RunError(f"Run {run_id} is running; stop it before deleting it.")
+            queued = self._queued.pop(run_id, None)
+            if queued is not None:  # waiting for a slot: out of line, then gone
+                self.queue.release(queued.queue_entry)
+            elif run_dir.is_dir():
+                self.queue.release_run(run_dir)
             if not run_dir.is_dir():
                 raise UnknownRunError(f"There is no run {run_id} in {self.runs_dir}.")
             if run_dir.is_symlink():
@@ -212,9 +231,14 @@ class RunManager:
             self._followers.pop(run_id, None)
 
     def shutdown(self, timeout: float = 20.0) -> None:
-        """Stop every run (each saves its model), waiting up to `timeout` seconds in all."""
+        """Stop every run (each saves its model), waiting up to `timeout` seconds in all. Queued runs
+        stay in the run queue for the next studio on this runs folder."""
         with self._lock:
+            self._closed = True
+            waiting = [queued.queue_entry for queued in self._queued.values()]
+            self._queued.clear()
             active = list(self._active.values())
+        self.queue.orphan(waiting)
         for run in active:
             run.stop_event.set()
             run.state.stopping = True
@@ -238,7 +262,8 @@ class RunManager:
     def list_runs(self) -> list[RunSnapshot]:
         """Every run in the runs folder, newest first."""
         with self._lock:
-            run_ids = set(self._active)
+            run_ids = set(self._active) | set(self._queued)
+            places = self._places()
             try:
                 entries = list(os.scandir(self.runs_dir))
             except OSError:
@@ -251,7 +276,7 @@ class RunManager:
             snapshots = []
             for run_id in run_ids:
                 try:
-                    snapshots.append(self._refreshed(run_id, self.runs_dir / run_id).snapshot())
+                    snapshots.append(self._refreshed(run_id, self.runs_dir / run_id, places).snapshot())
                 except UnknownRunError:  # deleted while we looked
                     continue
         return sorted(snapshots, key=lambda s: (s.started_at or 0.0, s.run_id), reverse=True)
@@ -260,8 +285,8 @@ class RunManager:
         """Master address and token of a run of this studio that accepts workers, while it runs.
         Only for the page that started or resumed it: never part of a snapshot or the API's runs."""
         with self._lock:
-            active = self._active.get(run_id)
-            return active.join if active is not None else None
+            run = self._active.get(run_id) or self._queued.get(run_id)
+            return run.join if run is not None else None
 
     def active_count(self) -> int:
         with self._lock:
@@ -271,8 +296,9 @@ class RunManager:
 
     # ---- internals
 
-    def _refreshed(self, run_id: str, run_dir: Path) -> RunState:
+    def _refreshed(self, run_id: str, run_dir: Path, places: dict[str, int] | None = None) -> RunState:
         """The run's state with everything its metrics.jsonl holds now. Caller holds self._lock.
+        places: the run queue's places (`RunQueue.places`), when the caller has read them already.
 
         The owner is checked before the file is read: a trainer seen dead has written all it
         ever will, so a run is never taken for interrupted while its `end` is still unread."""
@@ -287,6 +313,8 @@ class RunManager:
         follower = self._followers.get(run_id)
         if follower is None:
             follower = self._followers[run_id] = RunFollower(run_id, run_dir)
+        if active is None:
+            self._note_place(follower.state, places)
         state = follower.refresh(owner_alive)
         if active is not None and not owner_alive:
             self._reap(active)
@@ -296,6 +324,8 @@ class RunManager:
         """The studio's own trainer has exited. Caller holds self._lock."""
         self._active.pop(active.state.run_id, None)
         active.process.join(timeout=5)
+        if active.queue_entry is not None:
+            self.queue.release(active.queue_entry)  # its slot, for the next in line
         state = active.state
         if state.status == "interrupted":  # it exited without an `end` event
             code = active.process.exitcode
@@ -323,10 +353,10 @@ class RunManager:
         """Caller holds self._lock."""
         for run_id, active in list(self._active.items()):
             self._refreshed(run_id, active.state.run_dir)  # frees the slots of ended trainers
-        if len(self._active) >= self.max_concurrent_runs:
-            running = ", ".join(sorted(self._active))
+        held = sorted(self._active) + sorted(self._queued)
+        if len(held) >= self.max_concurrent_runs:
             raise RunLimitError(
-                f"{len(self._active)} run(s) are already training ({running}) and this studio "
+                f"{len(held)} run(s) are already training or queued ({', '.join(held)}) and this studio "
                 f"allows {self.max_concurrent_runs} at a time (--max-concurrent-runs). "
                 "Stop one or wait for it to finish, then start again."
             )
@@ -337,23 +367,11 @@ class RunManager:
         if launcher_shape(config)[1] <= 1:
             return None
         master = f"{self.cluster_host}:{self.cluster_port}"
-        taken = [run_id for run_id, active in self._active.items() if active.join and active.join.master == master]
+        runs = [*self._active.items(), *self._queued.items()]
+        taken = [run_id for run_id, run in runs if run.join and run.join.master == master]
         if taken:
             raise RunError(
                 f"Run {taken[0]} already accepts workers on {master}; stop it first, or start the "
                 "studio with another --cluster-port."
             )
         return WorkerJoin(master, new_token())
-
-    def _launch(self, state: RunState, resume: bool, join: WorkerJoin | None = None) -> None:
-        """Caller holds self._lock. Starts the run's trainer process (studio/trainer_process.py)."""
-        self._active[state.run_id] = start_trainer(
-            self._context,
-            state,
-            resume,
-            join,
-            self._target,
-            self.cluster_host,
-            self.cluster_port,
-            self.allow_custom_envs,
-        )

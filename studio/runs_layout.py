@@ -64,7 +64,12 @@ def build_runs_tab() -> RunsPanel:
             )
             note = gr.Markdown(elem_id="runs-filter-note")
         table = gr.Dataframe(
-            headers=views.RUNS_TABLE_HEADERS, interactive=False, wrap=True, max_height=360, elem_id="runs-table"
+            headers=views.RUNS_TABLE_HEADERS,
+            column_widths=views.RUNS_TABLE_WIDTHS,  # the key columns first: a phone shows run and status
+            interactive=False,
+            wrap=True,
+            max_height=360,
+            elem_id="runs-table",
         )
         with gr.Row(equal_height=False):
             run_picker = gr.Dropdown([], label="Selected run", scale=3, elem_id="run-picker")

@@ -228,6 +228,7 @@ class RunsEvents:
 
     hide: dict  # another tab is shown: the Runs tab's timer stops
     refresh: dict  # the runs folder read again (also Evaluate's run picker)
+    last_viewed: gr.State  # the run this tab last looked at: the Train tab's, or one picked here
 
 
 def wire_runs_tab(
@@ -239,8 +240,8 @@ def wire_runs_tab(
     eval_run: gr.Dropdown,
     session_seconds: float,
 ) -> RunsEvents:
-    """The Runs tab's events. Open and Resume write `switch_to_run` (the Train tab's message, run
-    box, timer, viewed state, and the Tabs) and then `follow_run` (the form takes that run's
+    """The Runs tab's events. Open and Resume write `switch_to_run` (the Train tab's run box,
+    timer, viewed state, and the Tabs) and then `follow_run` (the form takes that run's
     settings); a refresh also updates `eval_run`, the Evaluate tab's run picker."""
     p = panel
     viewed = gr.State({}, time_to_live=session_seconds)
@@ -262,7 +263,14 @@ def wire_runs_tab(
     p.refresh_button.click(**refresh, **PRIVATE).then(**show, **PRIVATE)
     for control in filters:
         control.input(handlers.runs_table, filters, [p.table, p.filter_note], **PRIVATE)
-    p.table.select(handlers.on_table_select, None, p.run_picker, **PRIVATE)
+    # The run last viewed (Evaluate preselects it): the Train tab's run whenever it switches
+    # (load, Start, Open, Resume), and a run picked here by hand (a row, the dropdown); not the
+    # picker's own fill-in when the tab opens.
+    last_viewed = gr.State(None, time_to_live=session_seconds)
+    remember = dict(fn=lambda run_id: run_id or gr.skip(), outputs=last_viewed, **PRIVATE)
+    switch_to_run[0].change(inputs=switch_to_run[0], **remember)
+    p.run_picker.input(inputs=p.run_picker, **remember)
+    p.table.select(handlers.on_table_select, None, p.run_picker, **PRIVATE).then(inputs=p.run_picker, **remember)
     for trigger in (p.run_picker.change, p.compare_box.change):
         trigger(**show, **PRIVATE)
         trigger(**compare, **PRIVATE)
@@ -301,4 +309,4 @@ def wire_runs_tab(
         refresh["outputs"],
         **PRIVATE,
     )
-    return RunsEvents(hide=hide, refresh=refresh)
+    return RunsEvents(hide=hide, refresh=refresh, last_viewed=last_viewed)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-ACTIVE_STATUSES = ("starting", "running", "stopping")
+from trainer.run.status import QUEUED, queued_text
+
+ACTIVE_STATUSES = ("queued", "starting", "running", "stopping")
 RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
 
 
@@ -22,6 +24,7 @@ class GifInfo:
     steps_shown: int | None = None  # what the GIF shows of its episode (None: a run from before they were
     episode_steps: int | None = None  # recorded); see the gif event in trainer/run/events.py
     episode_ended: bool | None = None
+    recorded_at: float | None = None  # time.time() its episode began (the gif event's time less its seconds)
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,17 @@ class RunSnapshot:
     name: str  # "" until a person names the run (notes.json)
     notes: str
     version: int
+    queue_place: int | None = None  # a queued run's place in the run queue (1: the next to start)
 
     @property
     def title(self) -> str:
         """The run's name when it has one, else its id."""
         return self.name or self.run_id
+
+    @property
+    def status_text(self) -> str:
+        """The status as a person reads it: "queued, 2nd in line" for a queued run, else the status."""
+        return queued_text(self.queue_place) if self.status == QUEUED else self.status
 
     @property
     def env_name(self) -> str:

@@ -1,6 +1,8 @@
 """The Train tab's form: one control per config key (studio/form.py declares them), and what fills
 it: the env's tuned config, the shown run's settings, pasted or uploaded YAML; and the form
-exported as YAML. A message about the form goes stale once a field is edited.
+exported as YAML. A message about the form goes stale once a field is edited. Under the basic
+fields, the batch note: what the batch keys add up to, and what the run's preflight
+(trainer.config.preflight) warns about or would refuse, before Start is pressed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from trainer.run.files import atomic_write
 from trainer.run.layout import safe_name
 
 BATCH_KEYS = ("num_envs", "num_steps", "mini_batch_size", "total_timesteps")  # what the batch note says
+# A change of one of these redraws the batch note (its warnings depend on the game and the algorithm too).
+NOTE_KEYS = (*BATCH_KEYS, "env_name", "algo", "device", "buffer_size")
 
 
 class FormHandlers(Handlers):
@@ -92,6 +96,24 @@ class FormHandlers(Handlers):
         except (OSError, UnicodeDecodeError):
             return gr.skip(), *[gr.skip()] * len(FORM_FIELDS), f"**{name} is not a text (YAML) file.**"
         return (text, *self.on_load_yaml(text))
+
+    def on_batch_note(self, *values):
+        """The batch note for the form's values (in FORM_FIELDS order): views.batch_note's sums,
+        then the warnings of trainer.config.preflight, or why Start would refuse the run; nothing
+        more while the form does not validate (Start says why)."""
+        named = dict(zip((form_field.key for form_field in FORM_FIELDS), values))
+        note = views.batch_note(*(named.get(key) for key in BATCH_KEYS))
+        try:
+            config = validated_config(values, self.allow_custom_envs)
+        except USER_ERRORS:
+            return note
+        from trainer.config.preflight import check_run_fits
+
+        try:
+            found = check_run_fits(config)
+        except USER_ERRORS as error:
+            return note + views.warning_lines([f"Start would refuse this run: {error}"])
+        return note + views.warning_lines(found)
 
     def on_export_yaml(self, *values):
         """The form as YAML: into the YAML box, and as a file (in the scratch folder) to download."""
@@ -191,8 +213,19 @@ def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, mess
         controls[name].input(
             handlers.on_env_change, [controls["env_name"], controls["algo"]], [*form_inputs, message], **PRIVATE
         )
-    for key in BATCH_KEYS:
-        controls[key].change(views.batch_note, [controls[k] for k in BATCH_KEYS], form.batch_info, **PRIVATE)
+    # One event for all of them (a page load fills every field at once): its runs never overlap,
+    # and the last one reads the values the form ended with, so the note always matches the form.
+    gr.on(
+        [controls[key].change for key in NOTE_KEYS if key in controls],
+        handlers.on_batch_note,
+        form_inputs,
+        form.batch_info,
+        trigger_mode="always_last",
+        concurrency_limit=1,
+        concurrency_id="batch-note",
+        show_progress="hidden",
+        **PRIVATE,
+    )
 
     # An algorithm's own keys show while it is chosen, and a group or row while one of its keys
     # does (studio/form.py visible_fields).

@@ -84,6 +84,17 @@ class ActiveRun:
     process: Any
     stop_event: Any
     join: WorkerJoin | None = None  # a run that accepts workers
+    queue_entry: str | None = None  # its entry in the run queue (trainer/run/run_queue.py): released when it ends
+
+
+@dataclass
+class QueuedRun:
+    """A run of this studio waiting in the run queue for a slot; it starts by itself when one frees."""
+
+    state: RunState
+    queue_entry: str
+    resume: bool
+    join: WorkerJoin | None = None
 
 
 def stoppable_trainer(owner: RunOwner) -> bool:

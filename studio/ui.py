@@ -16,10 +16,12 @@ from studio.evaluate_tab import build_evaluate_tab, wire_evaluate_tab
 from studio.form import FORM_FIELDS, form_values, tuned_config
 from studio.handlers import DEFAULT_ENV, PRIVATE
 from studio.http_api import register_api
+from studio.run_view import warm_charts_in_background
 from studio.runs import RunManager
 from studio.runs_layout import build_runs_tab
 from studio.runs_tab import wire_runs_tab
 from studio.scratch import ScratchFolder
+from studio.sweeps_tab import build_sweeps_tab
 from studio.system import SystemMonitor, available_devices
 from studio.train_tab import build_train_tab, wire_train_tab
 from studio.uploads import DEFAULT_MAX_UPLOAD, keep_uploads_in
@@ -107,6 +109,7 @@ def build_app(
                 from studio.watch import build_watch_tab
 
                 build_watch_tab(manager, allow_custom_envs, studio.scratch, watch_tab)
+            build_sweeps_tab(studio, train, tabs, poll_seconds)  # studio/sweeps_tab.py: Optuna sweeps
 
         timer = gr.Timer(poll_seconds, active=False)  # polls the Train tab's live view while its run trains
         wire_train_tab(studio, train, demo, timer, live_viewed)
@@ -160,6 +163,19 @@ def launch_options(
     )
 
 
+QUEUE_IDLE_SECONDS = 0.05  # how often Gradio's queue looks for a new event while it has none
+PROGRESS_IDLE_SECONDS = 0.2  # ... and for progress to send (the studio shows no progress bars)
+
+
+def quiet_when_idle(demo: gr.Blocks) -> None:
+    """An idle studio (no page, no run) does next to no work: Gradio's queue looks for new events
+    every millisecond while it has none (about 7% of a core on its own), here every 50 ms (an
+    event waits at most that long to start). The page's timers run only while a run trains."""
+    queue = demo._queue  # noqa: SLF001 - Gradio has no option for it; tests/test_studio_idle.py pins it
+    queue.sleep_when_free = max(queue.sleep_when_free, QUEUE_IDLE_SECONDS)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, PROGRESS_IDLE_SECONDS)
+
+
 def startup_line(url: str, runs_dir) -> str:
     """The one line the console shows once the studio answers."""
     return f"RL Studio is running on {url} (runs folder: {runs_dir}). Press Ctrl-C to stop it."
@@ -170,7 +186,8 @@ def launch(
     port: int = 7860,
     runs_dir: str = "runs",
     auth: tuple[str, str] | None = None,
-    max_concurrent_runs: int = 2,
+    max_concurrent_runs: int = 16,
+    slots: int | None = None,
     allow_custom_envs: bool = False,
     poll_seconds: float = 1.0,
     max_upload_size: str | int = DEFAULT_MAX_UPLOAD,
@@ -186,12 +203,14 @@ def launch(
     manager = RunManager(
         runs_dir,
         max_concurrent_runs=max_concurrent_runs,
+        slots=slots,
         allow_custom_envs=allow_custom_envs,
         cluster_host=cluster_host,
         cluster_port=cluster_port,
     )
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds, scratch=scratch)
     demo.queue(default_concurrency_limit=4)
+    quiet_when_idle(demo)
     from studio.score import preload_in_background
 
     preload_in_background()
@@ -203,6 +222,7 @@ def launch(
         # quiet: Gradio's own start lines end with "To create a public link, set `share=True`",
         # advice that is wrong here (a share link would expose the studio to the internet).
         demo.launch(quiet=True, prevent_thread_lock=True, **options)
+        warm_charts_in_background()  # the first run's first tick then draws at once
         print(startup_line(demo.local_url, manager.runs_dir), flush=True)
         demo.block_thread()
     finally:

@@ -11,6 +11,7 @@ import html
 import io
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,20 +25,25 @@ from trainer.run.layout import events_path, log_path, metrics_csv_path
 from trainer.run.retention import run_size_bytes
 
 METRIC_COLUMNS = csv_columns()  # metrics.csv's columns: the metric registry, trainer/config/metrics.py
-RUNS_TABLE_HEADERS = [
-    "run",
-    "name",
-    "env",
-    "model",
-    "status",
-    "steps",
-    "score",
-    "best return",
-    "last return",
-    "wall time",
-    "disk (MiB)",
-]
+# The Runs table's columns, the key ones first (a phone shows the first two, the rest scroll
+# sideways), each with its width in px: wide enough for its header's words and its values.
+RUNS_TABLE_COLUMNS = (
+    ("run", 200),
+    ("status", 100),
+    ("score", 150),
+    ("steps", 70),
+    ("name", 130),
+    ("env", 110),
+    ("model", 100),
+    ("best return", 85),
+    ("last return", 85),
+    ("wall time", 80),
+    ("disk (MiB)", 85),
+)
+RUNS_TABLE_HEADERS = [header for header, _ in RUNS_TABLE_COLUMNS]
+RUNS_TABLE_WIDTHS = [width for _, width in RUNS_TABLE_COLUMNS]
 STATUS_LABELS = {
+    "queued": "queued",  # shown with its place in line: RunSnapshot.status_text
     "starting": "starting…",
     "running": "training",
     "stopping": "stopping… (saving the model)",
@@ -83,7 +89,7 @@ def status_html(run: RunSnapshot | None) -> str:
         headline = f"<b>{html.escape(score.text(score_value))}</b>" if score_value is not None else None
         if run.last_return is not None:
             facts.insert(0, f"return {format_number(run.last_return)}")
-    label = STATUS_LABELS.get(run.status, run.status)
+    label = run.status_text if run.queue_place else STATUS_LABELS.get(run.status, run.status)
     parts = [
         f'<div class="run-status {html.escape(run.status)}">',
         f'<div class="status-row"><span class="badge {html.escape(run.status)}">{html.escape(label)}</span>',
@@ -118,12 +124,12 @@ def runs_table_rows(runs: Sequence[RunSnapshot]) -> list[list]:
     return [
         [
             run.run_id,
+            run.status_text,
+            score_cell(run),
+            run.step,
             run.name,
             run.env_name,
             run.model_type,
-            run.status,
-            run.step,
-            score_cell(run),
             _rounded(run.best_return),
             _rounded(run.last_return),
             format_duration(run.wall_seconds),
@@ -233,6 +239,19 @@ def batch_note(num_envs: object, num_steps: object, mini_batch_size: object, tot
         if updates * batch != total:
             note += f" ({updates * batch:,} steps: whole updates)"
     return note
+
+
+def warning_lines(warnings: Sequence[str]) -> str:
+    """Markdown paragraphs, one "⚠ ..." per warning, each shown as the text it is."""
+    return "".join(f"\n\n⚠ {markdown_text(warning)}" for warning in warnings)
+
+
+def markdown_text(text: str) -> str:
+    """`text` for a Markdown box, shown as written: a `*name`, `~x` or an `_x_` between words is
+    no emphasis, a `<...>` no tag. Code spans (backticks), lists and underscores inside words
+    (`num_envs`) stay: they show as meant."""
+    escaped = re.sub(r"[*~]|(?<!\w)_|_(?!\w)", lambda match: "\\" + match.group(0), str(text))
+    return escaped.replace("<", "&lt;").replace(">", "&gt;")
 
 
 def write_metrics_csv(run: RunSnapshot) -> str:

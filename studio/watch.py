@@ -24,7 +24,9 @@ from pathlib import Path
 import gradio as gr  # at module level: Gradio reads the handlers' `gr.Request` hints from these globals
 import numpy as np
 
+from studio.runs import RunError
 from studio.scratch import ScratchFolder
+from studio.watch_stream import stream_frames, wait_for_player
 from trainer.config.permissions import CodePermissionError, require_code_permission
 
 RELOAD_SECONDS = 5.0  # how often a newer checkpoint is looked for
@@ -35,6 +37,10 @@ MAX_SERVERS = 4  # policy servers the studio starts (each holds a port and a mod
 
 class WatchError(Exception):
     """The run cannot be watched or exported; the message says why, for people."""
+
+
+class NoModelYet(WatchError):
+    """The run has no model file yet (before its first checkpoint): Watch waits for one."""
 
 
 @dataclass(frozen=True)
@@ -71,9 +77,9 @@ class LivePlayer:
         try:
             self.model_path = resolve_model_path(self.run_dir)
         except ExportError:
-            raise WatchError(
-                f"Run {self.run_dir.name} has no model yet: wait for its first checkpoint "
-                f"(checkpoint.interval) or its end."
+            raise NoModelYet(
+                f"Run {self.run_dir.name} has no model yet: it plays once its first checkpoint "
+                f"(checkpoint.interval) or its final model is written."
             ) from None
         self.model = self._load(self.model_path)
         self.model_mtime = self.model_path.stat().st_mtime
@@ -173,55 +179,6 @@ class LivePlayer:
 
     def close(self) -> None:
         self.env.close()
-
-
-def lower_this_threads_priority() -> None:
-    """nice 19 for the calling thread only (Linux schedules threads as tasks): under contention
-    the trainers' processes get the cores and the watcher drops frames instead."""
-    import os
-
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass  # not Linux, or not allowed: the pacing alone bounds the cost
-
-
-def stream_frames(player: LivePlayer) -> Iterator[WatchFrame]:
-    """The player's frames, made in a thread of their own at the lowest priority; the newest
-    is handed over (a slow browser skips frames rather than slowing the game). Closing the
-    iterator (Gradio does when the tab closes or Stop is pressed) ends the thread."""
-    import queue
-
-    frames: queue.Queue = queue.Queue(maxsize=2)
-    stop = threading.Event()
-
-    def produce() -> None:
-        lower_this_threads_priority()
-        try:
-            for frame in player.frames(stop.is_set):
-                while True:
-                    try:
-                        frames.put_nowait(frame)
-                        break
-                    except queue.Full:
-                        try:
-                            frames.get_nowait()  # drop the oldest
-                        except queue.Empty:
-                            pass
-        finally:
-            frames.put(None)
-
-    thread = threading.Thread(target=produce, name="watch-player", daemon=True)
-    thread.start()
-    try:
-        while True:
-            frame = frames.get()
-            if frame is None:
-                return
-            yield frame
-    finally:
-        stop.set()
-        thread.join(timeout=5)
 
 
 def frame_html(frame: WatchFrame | None, message: str = "") -> str:
@@ -331,8 +288,20 @@ def build_watch_tab(manager, allow_custom_envs: bool, scratch: ScratchFolder, ta
     def watch(run_id: str | None, request: gr.Request):
         session = getattr(request, "session_hash", None) or ""
         stopped_sessions.discard(session)
+
+        def training() -> bool:  # no model yet: worth waiting for while the run trains
+            try:
+                return session not in stopped_sessions and manager.get(run_id).is_active
+            except RunError:  # deleted meanwhile
+                return False
+
         try:
-            player = LivePlayer(run_dir_of(run_id), allow_custom_envs)
+            make_player = lambda: LivePlayer(run_dir_of(run_id), allow_custom_envs)  # noqa: E731
+            for found in wait_for_player(make_player, training, NoModelYet):
+                if isinstance(found, str):
+                    yield frame_html(None, found)
+                else:
+                    player = found
         except (WatchError, ValueError) as error:
             yield frame_html(None, str(error))
             return

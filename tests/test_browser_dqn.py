@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_studio_helpers import studio_page
+from test_studio_helpers import pick_game, studio_page
 
 pytestmark = pytest.mark.browser
 
@@ -28,6 +28,7 @@ CHART_TITLES = """() => {
 
 def test_a_dqn_run_from_the_form_draws_its_q_values(tmp_path):
     with studio_page(tmp_path, 1500, 1100) as (server, page):
+        pick_game(page, "cartpole")
         page.locator("#advanced").get_by_text("Advanced").first.click()
         algo_box = page.locator("#field-algo input")
         algo_box.wait_for()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from test_studio_helpers import studio_page
+from test_studio_helpers import pick_game, studio_page
 
 pytestmark = pytest.mark.browser
 
@@ -47,7 +47,7 @@ def test_train_cartpole_in_the_browser_and_download_a_model_that_plays(tmp_path)
     from trainer.serving.evaluate import evaluate
 
     with studio_page(tmp_path, 1500, 1100, accept_downloads=True) as (_, page):
-        # CartPole is the default game; the form holds its tuned config (GIFs as shipped).
+        pick_game(page, "cartpole")  # the form holds its tuned config (GIFs as shipped)
         page.locator("#field-total-timesteps input").fill("60000")
         page.locator("#start").click()
         clicked = time.time()

@@ -400,7 +400,9 @@ def test_the_studio_reads_a_cli_run_as_the_trainer_ran_it(tmp_path):
     assert not (tmp_path / "run" / "owner.json").exists()  # released when the run ended
 
 
-def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):
+def test_gif_time_budget_cuts_scheduled_gifs_shorter_never_later(tmp_path):
+    from trainer.run.gif import MIN_GIF_FRAMES
+
     counter = UpdateCounter()
     train(
         tiny_config(gif_interval=EVERY_UPDATE, gif_time_fraction=0.05, gif_max_frames=300),
@@ -408,9 +410,10 @@ def test_gif_time_budget_skips_scheduled_gifs_in_a_short_run(tmp_path):
         sinks=[counter],
     )
     gifs = [event for event in counter.events if event["type"] == "gif"]
-    # The first GIF comes right after the first update; seconds of training cannot pay for more at
-    # 5%, so the rest wait, until the final one after training.
-    assert [event["step"] for event in gifs] == [16 * 16, 16 * 16 * 6]
+    # One after each update (the picture never falls behind), then the final one after training;
+    # seconds of training cannot pay for whole GIFs at 5%, so those between are cut to the floor.
+    assert [event["step"] for event in gifs] == [16 * 16 * update for update in range(1, 7)] + [16 * 16 * 6]
+    assert all(event["frames"] <= MIN_GIF_FRAMES for event in gifs[1:-1])
 
 
 def test_a_run_directory_is_not_trained_into_twice(tmp_path):

@@ -10,7 +10,7 @@ from PIL import Image
 from envs import make_vec_env
 from trainer.config.validation import config_from_dict
 from trainer.run.events import clip_caption, format_event, make_event
-from trainer.run.gif import PLAY_ON_SECONDS, GifRecorder, GifResult, GifSchedule
+from trainer.run.gif import MIN_GIF_FRAMES, PLAY_ON_SECONDS, GifRecorder, GifResult, GifSchedule
 from trainer.run.setup import policy_spec
 
 # -- the caption ---------------------------------------------------------------------------------
@@ -78,44 +78,48 @@ def result(seconds: float, frames: int, drawing_seconds: float | None = None, pl
     )
 
 
-def test_the_first_gif_comes_right_after_the_first_update_whatever_the_budget():
-    schedule = GifSchedule(interval=20, max_frames=300, time_fraction=0.05)
-    assert schedule.due(now=100.0, training_seconds=0.3, episode_length=None)
+def test_the_first_gif_comes_right_after_the_first_update_whole():
+    schedule = GifSchedule(interval=10, max_frames=300, time_fraction=0.1)
+    assert schedule.due(now=100.0)
+    assert schedule.frames(training_seconds=0.3) == 300  # an untrained agent's episode: short anyway
     # It is played on only as far as the budget has left (nothing, a third of a second in).
-    assert schedule.play_on_seconds(training_seconds=0.3, episode_length=None) == 0.0
-    assert not GifSchedule(interval=0, max_frames=300, time_fraction=1.0).due(100.0, 1000.0, None)  # 0: never
+    assert schedule.play_on_seconds(training_seconds=0.3, episode_length=None, frames=300) == 0.0
+    assert not GifSchedule(interval=0, max_frames=300, time_fraction=1.0).due(100.0)  # 0: never
 
 
-def test_then_one_every_interval_seconds_while_the_budget_allows():
-    schedule = GifSchedule(interval=20, max_frames=300, time_fraction=0.05)
+def test_then_one_every_interval_seconds_never_later_the_budget_cuts_it_shorter():
+    schedule = GifSchedule(interval=10, max_frames=300, time_fraction=0.1)
     schedule.started(100.0)
     schedule.spent(result(seconds=0.2, frames=40))  # 5 ms a frame
-    # Interval not yet passed: not due, however much budget is left.
-    assert not schedule.due(now=119.0, training_seconds=1000.0, episode_length=40)
-    assert schedule.due(now=120.0, training_seconds=1000.0, episode_length=40)
-    # Interval passed, but 300 frames at 5 ms (1.5 s) on top of 0.2 s spent need 34 s of training at 5%.
-    assert not schedule.due(now=120.0, training_seconds=30.0, episode_length=1000)
-    assert schedule.due(now=120.0, training_seconds=40.0, episode_length=300)
-    # time_fraction 1: no budget, the interval alone.
-    unbudgeted = GifSchedule(interval=20, max_frames=300, time_fraction=1.0)
+    assert not schedule.due(now=109.0)
+    assert schedule.due(now=110.0)  # whatever the budget: the page's picture stays fresh
+    # 10 s of training at 10% is 1 s of GIFs; 0.2 s spent leaves 0.8 s: 160 frames at 5 ms.
+    assert schedule.frames(training_seconds=10.0) == 160
+    assert schedule.frames(training_seconds=1000.0) == 300  # never more than max_frames
+    assert schedule.frames(training_seconds=1.0) == MIN_GIF_FRAMES  # never fewer than the floor
+    # time_fraction 1: no budget, whole GIFs.
+    unbudgeted = GifSchedule(interval=10, max_frames=300, time_fraction=1.0)
     unbudgeted.started(100.0)
-    assert unbudgeted.due(now=120.0, training_seconds=0.1, episode_length=10_000)
-    assert unbudgeted.play_on_seconds(0.1, 10_000) == PLAY_ON_SECONDS
+    assert unbudgeted.frames(0.1) == 300
+    assert unbudgeted.play_on_seconds(0.1, 10_000, 300) == PLAY_ON_SECONDS
 
 
-def test_playing_on_is_budgeted_and_counted_in_the_expected_cost():
+def test_playing_on_gets_what_the_budget_has_left_after_drawing():
     schedule = GifSchedule(interval=1, max_frames=300, time_fraction=0.05)
     schedule.started(0.0)
-    # 300 frames drawn in 1.5 s, then 1,000 steps played on in 1 s: 5 ms a frame, 1 ms a step.
-    schedule.spent(result(seconds=2.5, frames=300, drawing_seconds=1.5, played_on=1000))
-    assert schedule.seconds_per_frame == pytest.approx(0.005) and schedule.seconds_per_step == pytest.approx(0.001)
-    # Episodes of 1,300 steps: 1.5 s to draw + 1 s to play on; 2.5 s spent. 5 s of GIFs needs 100 s.
-    assert not schedule.due(now=10.0, training_seconds=99.0, episode_length=1300)
-    assert schedule.due(now=10.0, training_seconds=100.0, episode_length=1300)
-    # What is left after drawing, at most PLAY_ON_SECONDS; after training (None): the full time.
-    assert schedule.play_on_seconds(training_seconds=100.0, episode_length=1300) == pytest.approx(1.0)
-    assert schedule.play_on_seconds(training_seconds=1e6, episode_length=1300) == PLAY_ON_SECONDS
-    assert schedule.play_on_seconds(training_seconds=None, episode_length=1300) == PLAY_ON_SECONDS
+    schedule.spent(result(seconds=2.5, frames=300, drawing_seconds=1.5, played_on=1000))  # 5 ms a frame
+    assert schedule.seconds_per_frame == pytest.approx(0.005)
+    # 100 s of training at 5%: 5 s; 2.5 s spent, 300 frames to draw (1.5 s): 1 s left to play on.
+    assert schedule.play_on_seconds(training_seconds=100.0, episode_length=1300, frames=300) == pytest.approx(1.0)
+    # A GIF cut to 100 frames leaves more: at most PLAY_ON_SECONDS.
+    assert schedule.play_on_seconds(training_seconds=100.0, episode_length=1300, frames=100) == PLAY_ON_SECONDS
+    assert schedule.play_on_seconds(training_seconds=None, episode_length=1300, frames=300) == PLAY_ON_SECONDS
+
+
+def test_the_recorder_draws_no_more_than_it_is_given(tmp_path, cartpole_recorder):
+    recorder, weights = cartpole_recorder
+    gif = recorder(300).record(weights, tmp_path / "short.gif", seed=0, play_on_seconds=0.0, max_frames=3)
+    assert gif.frames == 3 and Image.open(gif.path).n_frames == 3
 
 
 # -- the recorder on a real game -----------------------------------------------------------------

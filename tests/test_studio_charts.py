@@ -335,3 +335,13 @@ def test_a_chart_control_change_redraws_at_once_while_the_run_trains(tmp_path):
         assert json.loads(changed[1].plot)["layout"]["title"]["text"] == "Episode length"
     finally:
         studio.manager.shutdown(timeout=10)
+
+
+def test_a_chart_of_one_point_draws_it_on_an_axis_from_zero():
+    one = events(1, steps_per_update=4096)
+    for figure in (reward_figure([CurveSource("run", one, "cartpole")]), diagnostics_figure([CurveSource("run", one)])):
+        drawn = [trace for trace in figure["data"] if trace["x"]]
+        assert drawn and all("markers" in trace["mode"] for trace in drawn)  # a lone point of a line is invisible
+        assert figure["layout"]["xaxis"]["rangemode"] == "tozero"  # not 4.095k..4.097k
+    figure = reward_figure([CurveSource("run", events(2), "cartpole")])
+    assert figure["data"][0]["mode"] == "lines" and "rangemode" not in figure["layout"]["xaxis"]

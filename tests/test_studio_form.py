@@ -206,3 +206,43 @@ def test_choosing_an_algorithm_fills_the_form_with_its_tuned_config_for_the_env(
     *updates, message = studio.on_env_change("Acrobot-v1", "dqn")
     assert "the defaults for dqn (no tuned config for Acrobot-v1 with dqn)" in message
     assert updates[KEYS.index("num_envs")] == UNTUNED_REPLAY_DEFAULTS["dqn"]["num_envs"]
+
+
+# ----------------------------------------------------------------------------- issue 27's rough edges
+
+
+def test_evaluate_prefers_the_run_last_viewed_while_it_has_a_model():
+    runs = [
+        _run("c-stopped", "stopped", "c/final.pth"),  # just stopped: its model is saved, yet not "finished"
+        _run("b-done", "finished", "b/final.pth"),
+        _run("a-training", "running"),  # no model yet
+    ]
+    assert preselected_run(runs, viewed="c-stopped") == "c-stopped"
+    assert preselected_run(runs, current="b-done", viewed="c-stopped") == "c-stopped"  # viewed since
+    assert preselected_run(runs, current="b-done", viewed="a-training") == "b-done"  # nothing to play there
+
+
+def test_the_batch_note_shows_the_preflight_warnings_as_text(tmp_path):
+    from studio.form import FORM_FIELDS, form_values
+
+    studio = make_studio(tmp_path)
+    config = tuned_config_for_test({"num_envs": 1024, "num_steps": 32, "total_timesteps": 10_000})
+    note = studio.on_batch_note(*form_values(config))
+    assert "1,024 × 32 = **32,768** samples" in note
+    assert "⚠ one update collects num_envs x num_steps" in note
+    values = form_values(tuned_config_for_test({}))
+    assert "⚠" not in studio.on_batch_note(*values)
+    assert len(values) == len(FORM_FIELDS)
+
+
+def tuned_config_for_test(settings: dict) -> dict:
+    from studio.form import tuned_config
+
+    return {**tuned_config("cartpole"), **settings}
+
+
+def test_an_error_shows_as_written_in_a_message_box():
+    from studio.handlers import bold_message
+
+    message = bold_message("The YAML: line 1 uses a YAML alias (*name); <b>x</b>, num_envs")
+    assert message.startswith("**") and "(\\*name)" in message and "&lt;b&gt;" in message and "num_envs" in message

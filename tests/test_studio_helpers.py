@@ -141,3 +141,13 @@ def guarded_app(tmp_path: Path, users: list[tuple[str, str]]):
     finally:
         demo.close()
         manager.shutdown()
+
+
+def pick_game(page, env_name: str) -> None:
+    """Choose a built-in game in the Train tab's form, as a person does (the form then fills with
+    its tuned config; a new page opens on studio/handlers.py DEFAULT_ENV)."""
+    page.locator("#field-env-name input").click()
+    page.get_by_role("option", name=env_name, exact=True).click()
+    page.wait_for_function(
+        "() => document.querySelector('#train-message').innerText.includes('Filled the form')", timeout=30_000
+    )

@@ -25,6 +25,7 @@ from trainer.config.defaults import load_config  # noqa: E402
 from trainer.run.events import read_events  # noqa: E402
 from trainer.run.layout import best_config_path, events_path, study_path, sweep_folder, trials_folder  # noqa: E402
 from trainer.sweep import study as book  # noqa: E402
+from trainer.sweep.objective import TrialCurve  # noqa: E402
 from trainer.sweep.space import read_sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -317,3 +318,32 @@ def test_two_workers_share_one_postgresql_study_and_no_trial_runs_twice(tmp_path
     assert sorted(started, key=int) == [str(trial.number) for trial in trials]  # each trial started once, by one worker
     assert all(started.count(number) == 1 for number in started)
     assert len(list(trials_folder(sweep_folder(runs, "shared")).iterdir())) == 4
+
+
+def test_mean_mode_is_the_area_under_the_reported_curve():
+    # Two seeds, 4 report points over 400 steps: point k once both seeds passed step 100 k.
+    curve = TrialCurve(seeds=2, total_timesteps=400, reports=4)
+    for step, values in ((100, (1.0, 3.0)), (300, (5.0, 7.0)), (400, (9.0, 11.0))):
+        for seed, value in enumerate(values):
+            curve.add(seed, step, value)
+    assert curve.reported == {1: 2.0, 3: 6.0, 4: 10.0}  # point 2 skipped by the update at 300
+    # Point 2 holds the value reported before it: (2 + 2 + 6 + 10) / 4.
+    assert curve.value("mean", "maximize") == 5.0
+    assert curve.value("best", "maximize") == 10.0
+    assert curve.value("final", "maximize") == 10.0
+    # A faster learner with the same final value scores higher on the mean.
+    fast = TrialCurve(seeds=1, total_timesteps=400, reports=4)
+    for step in (100, 200, 300, 400):
+        fast.add(0, step, 10.0)
+    assert fast.value("mean", "maximize") > curve.value("mean", "maximize")
+
+
+def test_an_unknown_mode_names_the_three_modes(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        "base: configs/cartpole.yaml\nobjective: {metric: recent_score_mean, direction: maximize, mode: fastest}\n"
+        "space:\n  learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_sweep(path)
+    assert "objective.mode must be final" in str(caught.value) and "mean" in str(caught.value)

@@ -76,3 +76,25 @@ def test_the_stream_is_paced_and_ends_when_closed(tmp_path):
     assert time.monotonic() - started >= 9 / 50 * 0.9  # not faster than the game's 50 fps
     stream.close()  # what Gradio does when the tab closes: the player thread ends
     assert not any(thread.name == "watch-player" and thread.is_alive() for thread in threading.enumerate())
+
+
+def test_watch_pressed_before_the_first_checkpoint_starts_playing_once_one_lands():
+    from studio.watch import NoModelYet
+    from studio.watch_stream import wait_for_player
+
+    def attempts(outcomes):
+        outcomes = iter(outcomes)
+
+        def make_player():
+            outcome = next(outcomes)
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        return make_player
+
+    no_model = NoModelYet("Run r has no model yet.")
+    shown = list(wait_for_player(attempts([no_model, no_model, "the player"]), lambda: True, NoModelYet, pause=0))
+    assert shown == ["Run r has no model yet. Waiting for it…", "the player"]  # said once, then it plays
+    with pytest.raises(NoModelYet):  # the run ended without a model: nothing to wait for
+        list(wait_for_player(attempts([no_model]), lambda: False, NoModelYet, pause=0))

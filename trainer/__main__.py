@@ -241,7 +241,8 @@ def train_command(argv: list[str]) -> int:
             refuse_finished_run(Path(args.resume), config.total_timesteps)
         # Before any folder exists (train() would do it too, after taking the folder): a bad
         # env_kwargs key or a run too big for this machine leaves nothing behind.
-        check_run_fits(config)
+        for warning in check_run_fits(config):  # a run that starts, but likely not as meant
+            print(f"warning: {warning}", file=sys.stderr)
         if not args.resume:
             check_writable_folder(Path(args.run_dir or args.runs_dir), "--run-dir" if args.run_dir else "--runs-dir")
     except (ConfigError, ResumeError) as error:

@@ -139,10 +139,16 @@ class Model:
     # -- acting -------------------------------------------------------------------------------------
 
     def predict(
-        self, obs: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False
+        self,
+        obs: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Any = None,
     ) -> tuple[Any, None]:
         """Actions for one observation or a batch, as numpy (SB3's signature and default:
-        sampled unless deterministic=True)."""
+        sampled unless deterministic=True). `action_masks` (sb3-contrib's MaskablePPO keyword):
+        bools (n,) or (B, n), True where the action is allowed; others are never chosen."""
         session = self._live_session()
         acting = TrainedModel(
             session.policy,
@@ -153,7 +159,7 @@ class Model:
             },
             session.device,
         )
-        return acting.predict(obs, deterministic=deterministic)
+        return acting.predict(obs, deterministic=deterministic, action_masks=action_masks)
 
     # -- saving and loading ---------------------------------------------------------------------------
 

@@ -3,11 +3,13 @@
 1. `collect`: `num_steps` steps of every env, epsilon-greedy on the Q-network (epsilon falls
    linearly from `exploration_initial_eps` to `exploration_final_eps` over the first
    `exploration_fraction` of the run), each step of all envs written to the replay buffer at once
-   (trainer/algos/replay.py).
+   (trainer/algos/replay.py). An env that masks actions (`action_masks()`) has both the greedy
+   and the random action chosen among its allowed ones.
 2. `update`: once `learning_starts` steps are stored, `gradient_steps` steps, each on a minibatch
    of `mini_batch_size` replayed transitions:
        target = returns + discounts * Q_target(s', argmax_a Q(s', a))   (double Q: the online
-                network picks the action, the target network scores it; plain: max_a Q_target)
+                network picks the action, the target network scores it; plain: max_a Q_target;
+                a over the actions allowed at s' where the env masks them)
        loss   = mean(weights * (Q(s, a) - target)^2)                      (weights: PER, else 1)
    then the target network follows: a copy every `target_update_interval` env steps (`tau` 1),
    or Polyak averaging after each gradient step (`tau` < 1). With `use_per` the sampled items'
@@ -27,6 +29,7 @@ from trainer.algos.base import Algorithm, Progress, Setup
 from trainer.algos.dqn_settings import DQN_LEARNED_METRICS, DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
 from trainer.algos.replay import ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
 from trainer.algos.target_network import frozen_copy, polyak
+from trainer.nets.masks import ActionMaskError, masked_argmax, random_allowed
 from trainer.nets.q_network import QNetwork
 
 
@@ -64,15 +67,28 @@ class DQN(Algorithm):
     def collect(self, obs: Tensor, progress: Progress) -> Tensor:
         setup, num_envs = self.setup, self.setup.config.num_envs
         generator, device = setup.generator, setup.device
+        masks = setup.env.action_masks()  # None: the env masks no action
+        some_allowed = None if masks is None else torch.ones((), dtype=torch.bool, device=device)
         for t in range(setup.config.num_steps):
             self.epsilon = self.epsilon_at(progress.global_step + t * num_envs)
-            greedy = self.policy(obs).argmax(-1)
-            random = torch.randint(self.policy.action_size, (num_envs,), generator=generator, device=device)
+            q = self.policy(obs)
+            if masks is None:
+                greedy = q.argmax(-1)
+                random = torch.randint(self.policy.action_size, (num_envs,), generator=generator, device=device)
+            else:
+                some_allowed &= masks.any(-1).all()
+                greedy, random = masked_argmax(q, masks), random_allowed(masks, generator)
             explore = torch.rand(num_envs, generator=generator, device=device) < self.epsilon
             actions = torch.where(explore, random, greedy)
             next_obs, reward, terminated, truncated, info = setup.env.step(actions)
-            self.buffer.add(obs, actions, reward, info["final_obs"], terminated, truncated)
+            masks = setup.env.action_masks()
+            # After an episode end the mask is the new episode's: the final observation's is gone
+            # (its target is not bootstrapped when terminated), so every action counts there.
+            next_masks = None if masks is None else masks | (terminated | truncated).unsqueeze(-1)
+            self.buffer.add(obs, actions, reward, info["final_obs"], terminated, truncated, next_masks)
             obs = next_obs
+        if some_allowed is not None and not bool(some_allowed):  # one host sync per collect
+            raise ActionMaskError(f"{setup.env.name}'s action_masks() allowed no action for some env")
         return obs
 
     # -- 2. learning ----------------------------------------------------------------------------
@@ -89,10 +105,14 @@ class DQN(Algorithm):
             batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)
             with torch.no_grad():
                 next_q = self.target(batch.next_obs)
+                allowed = batch.next_masks
                 if config.double_q:
-                    next_value = next_q.gather(1, self.policy(batch.next_obs).argmax(-1, keepdim=True)).squeeze(1)
-                else:
+                    next_action = self.policy.greedy(self.policy(batch.next_obs), allowed)
+                    next_value = next_q.gather(1, next_action.unsqueeze(1)).squeeze(1)
+                elif allowed is None:
                     next_value = next_q.max(-1).values
+                else:
+                    next_value = next_q.masked_fill(~allowed, float("-inf")).max(-1).values
                 target = batch.returns + batch.discounts * next_value
             q = self.policy(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
             td_error = q - target

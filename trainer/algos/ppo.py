@@ -16,6 +16,8 @@
        policy     = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)      (a2c: -ratio * A)
        value      = 0.5 * (V(s) - R)^2                      (optionally clipped around V_old)
        loss       = policy - ent_coef * entropy + vf_coef * value
+   With action masks (trainer/algos/rollout.py), pi and its entropy are those of the masked
+   distribution the rollout sampled from.
 4. `choose_gradient`: how its gradient is computed, decided once per network: autograd on
    `ppo_loss`, or for the MLP policies the same gradient written out (trainer/algos/ppo_fast.py:
    a minibatch step about 1.6x faster on a CPU; tests/test_trainer_ppo.py holds it to autograd).
@@ -273,7 +275,7 @@ def ppo_loss(
     sample). `advantages` are the minibatch's (normalised) advantages; `value_weights` the
     prioritised-replay importance weights, or None.
     """
-    new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions)
+    new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions, batch.action_masks)
     log_ratio = new_log_prob - batch.log_probs
     ratio = log_ratio.exp()  # r = pi(a|s) / pi_old(a|s)
 

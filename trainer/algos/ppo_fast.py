@@ -25,6 +25,8 @@ Notation for one minibatch of B samples (all means are over the minibatch):
 
 Categorical head (logits z, probabilities p):
     dlog p_a / dz = onehot(a) - p          dH_i / dz = -p (log p + H_i)
+    (with an action mask, z of a forbidden action is replaced by a constant: its p is 0, and so
+    is every term above for it, as autograd through the masking gives)
 Gaussian head (mean mu, log std sigma_log, z = (a - mu) / sigma):
     dlog pi / dmu = z / sigma              dlog pi / dsigma_log = z^2 - 1       dH / dsigma_log = 1
 
@@ -41,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.nets.activations import Activation, UnsupportedNetwork, mlp_layers
+from trainer.nets.masks import mask_logits
 from trainer.nets.policies import LOG_2PI, ActorCritic
 
 if TYPE_CHECKING:
@@ -104,6 +107,8 @@ def ppo_loss_and_gradient(
     actions, ent_coef = batch.actions, settings.ent_coef
 
     if policy.discrete:
+        if batch.action_masks is not None:  # forbidden actions: p = 0, so no gradient reaches them
+            head = mask_logits(head, batch.action_masks)
         log_probs = head.log_softmax(-1)
         probs = log_probs.exp()
         one_hot = torch.zeros_like(head).scatter_(-1, actions.long().unsqueeze(-1), 1.0)

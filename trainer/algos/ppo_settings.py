@@ -95,14 +95,15 @@ class UpdateBatch:
     advantages: Tensor
     returns: Tensor
     values: Tensor
+    action_masks: Tensor | None = None  # (batch_size, n) bool where the env masks actions
 
     def take(self, rows: Tensor) -> UpdateBatch:
         """The samples at `rows` (a copy)."""
-        return UpdateBatch(*(tensor[rows] for tensor in self._fields()))
+        return UpdateBatch(*(None if tensor is None else tensor[rows] for tensor in self._fields()))
 
     def slice(self, start: int, stop: int) -> UpdateBatch:
         """Samples start..stop-1 (views, no copy)."""
-        return UpdateBatch(*(tensor[start:stop] for tensor in self._fields()))
+        return UpdateBatch(*(None if tensor is None else tensor[start:stop] for tensor in self._fields()))
 
-    def _fields(self) -> tuple[Tensor, ...]:
-        return self.obs, self.actions, self.log_probs, self.advantages, self.returns, self.values
+    def _fields(self) -> tuple[Tensor | None, ...]:
+        return self.obs, self.actions, self.log_probs, self.advantages, self.returns, self.values, self.action_masks

@@ -14,7 +14,10 @@ cut at the first episode end:
     next_obs  = the observation step t+last led to
     discounts = gamma^(last+1), or 0 when step t+last terminated the episode
 
-so a learner's target is `returns + discounts * V(next_obs)`. The newest n_step - 1 rows are not
+so a learner's target is `returns + discounts * V(next_obs)`. For an env that masks actions, each
+step also stores the allowed actions of the observation it led to (`next_masks`: all allowed after
+an episode end, whose final observation's mask the env no longer has), so that V(next_obs) is a
+max over allowed actions. The newest n_step - 1 rows are not
 sampled until their windows are complete (their priority stays 0 until then). Its memory is
 estimated before a run starts by trainer/config/preflight.py's `replay_bytes`, from this layout.
 """
@@ -42,6 +45,7 @@ class ReplayBatch:
     discounts: Tensor  # (B,) gamma^steps, 0 after a termination
     weights: Tensor  # (B,) importance-sampling weights (ones when uniform)
     indices: Tensor  # (B,) int64 items, for update_priorities
+    next_masks: Tensor | None = None  # (B, n) bool: the actions allowed at next_obs (masked envs)
 
 
 class ReplayBuffer:
@@ -72,6 +76,7 @@ class ReplayBuffer:
         self.rewards = storage()
         self.terminated = storage(dtype=torch.bool)
         self.done = storage(dtype=torch.bool)
+        self.next_masks: Tensor | None = None  # (rows, N, n) bool, made by the first add that has masks
         self.position = 0  # the row the next add writes
         self.rows_filled = 0
         self.tree = SumTree(self.rows * num_envs, device) if prioritized else None
@@ -111,10 +116,24 @@ class ReplayBuffer:
         return self.sampleable_rows * self.num_envs >= batch_size
 
     def add(
-        self, obs: Tensor, actions: Tensor, rewards: Tensor, next_obs: Tensor, terminated: Tensor, truncated: Tensor
+        self,
+        obs: Tensor,
+        actions: Tensor,
+        rewards: Tensor,
+        next_obs: Tensor,
+        terminated: Tensor,
+        truncated: Tensor,
+        next_masks: Tensor | None = None,
     ) -> None:
-        """One step of every env: (N, ...) tensors; next_obs is the step's `info["final_obs"]`."""
+        """One step of every env: (N, ...) tensors; next_obs is the step's `info["final_obs"]`,
+        next_masks (an env that masks actions) the actions allowed there, (N, n) bool."""
         row = self.position
+        if next_masks is not None:
+            if self.next_masks is None:
+                self.next_masks = torch.ones(
+                    (self.rows, *next_masks.shape), dtype=torch.bool, device=self.rewards.device
+                )
+            self.next_masks[row] = next_masks
         self.obs[row] = obs
         self.actions[row] = actions
         self.rewards[row] = rewards
@@ -176,6 +195,7 @@ class ReplayBuffer:
             discounts=discounts,
             weights=weights,
             indices=indices,
+            next_masks=None if self.next_masks is None else self.next_masks[last_rows, envs],
         )
 
     def update_priorities(self, indices: Tensor, errors: Tensor) -> None:
@@ -191,6 +211,8 @@ class ReplayBuffer:
         state.update(position=self.position, rows_filled=self.rows_filled, max_priority=self.max_priority)
         if self.tree is not None:
             state["tree"] = self.tree.state_dict()
+        if self.next_masks is not None:
+            state["next_masks"] = self.next_masks
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -202,6 +224,8 @@ class ReplayBuffer:
                     f"{tuple(getattr(self, name).shape)} (buffer_size or num_envs changed)"
                 )
             getattr(self, name).copy_(saved)
+        if state.get("next_masks") is not None:
+            self.next_masks = state["next_masks"].to(self.rewards.device).clone()
         self.position, self.rows_filled = int(state["position"]), int(state["rows_filled"])
         self.max_priority = float(state["max_priority"])
         if self.tree is not None and "tree" in state:

@@ -10,6 +10,11 @@ replaced, never created inside and then written in place outside
 cache-sized chunks (`score_rollout`), which costs far less than a small forward pass per step.
 Truncated episodes (time limits) are bootstrapped once per rollout from the env's `final_obs`:
 reward += gamma * V(final obs).
+
+Action masks: an env whose `action_masks()` is not None (envs/base.py) has each step's mask stored
+beside its observation (`RolloutBuffer.action_masks`), so that the sampling, pi_old and the
+update's pi all use the same masked distribution; checked once per rollout (a row with no allowed
+action is an error). An env without masks never reaches any of this.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 from torch import Tensor
 
 from trainer.algos.ppo_settings import UpdateBatch
+from trainer.nets.masks import check_some_allowed
 from trainer.nets.normalization import RewardScaler
 from trainer.nets.policies import ActorCritic
 
@@ -40,6 +46,7 @@ class RolloutBuffer:
     terminated: Tensor  # (T, N) bool: the game ended the episode (a crash, a win)
     truncated: Tensor  # (T, N) bool: a time limit cut the episode
     final_obs: Tensor  # (T, N, *obs_shape) the observation an episode ended on
+    action_masks: Tensor | None = None  # (T, N, n) bool: the allowed actions, where the env masks them
 
     @classmethod
     def allocate(
@@ -73,6 +80,7 @@ class RolloutBuffer:
             advantages=flat(advantages),
             returns=flat(returns),
             values=flat(self.values),
+            action_masks=None if self.action_masks is None else flat(self.action_masks),
         )
 
 
@@ -112,6 +120,7 @@ def collect_rollout(
     # loop would cost a few tensor ops per field and step).
     fields = (buffer.obs, buffer.actions, buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_obs, noise)
     group_rows = [[field[:, envs].unbind(0) for field in fields] for envs in groups]
+    mask_rows = _mask_rows(env, buffer, groups)  # None: the env masks no action
     for t in range(num_steps + 1):
         for group, rows in enumerate(group_rows):
             obs_rows, action_rows, reward_rows, terminated_rows, truncated_rows, final_obs_rows, noise_rows = rows
@@ -134,7 +143,13 @@ def collect_rollout(
             group_obs = group_next_obs[group]
             obs = group_obs if normalizer is None else normalizer.normalize(group_obs)
             obs_rows[t].copy_(obs)
-            action = sample(obs, noise_rows[t])
+            if mask_rows is None:
+                action = sample(obs, noise_rows[t])
+            else:  # the mask of the observations the group is acting on (rows of the whole batch's)
+                mask = env.action_masks()
+                mask_row = mask_rows[group][t]
+                mask_row.copy_(mask if whole_batch else mask[groups[group]])
+                action = sample(obs, noise_rows[t], mask_row)
             action_rows[t].copy_(action)
             env.send(group, policy.env_action(action))
         if t > 0 and not whole_batch and (reward_scaler is not None or normalizer is not None):
@@ -152,8 +167,24 @@ def collect_rollout(
                 buffer.rewards[row] = reward
             if normalizer is not None:
                 buffer.final_obs[row] = final_obs
+    if mask_rows is not None:  # one host sync per rollout
+        check_some_allowed(buffer.action_masks, f"{getattr(env, 'name', 'the env')}'s action_masks() at [step, env]")
     # Outlives the rollout, so never a view that the next step rewrites.
     return group_next_obs[0].clone() if whole_batch else next_obs
+
+
+def _mask_rows(env, buffer: RolloutBuffer, groups: tuple[slice, ...]) -> list[tuple[Tensor, ...]] | None:
+    """Per group, per step: views of the buffer's rows of action masks (the buffer's masks made on
+    the first rollout of an env that has them); None for an env without masks."""
+    masks = env.action_masks()
+    if masks is None:
+        return None
+    if buffer.action_masks is None:
+        steps, num_envs = buffer.rewards.shape
+        buffer.action_masks = torch.ones(
+            (steps, num_envs, masks.shape[-1]), dtype=torch.bool, device=buffer.rewards.device
+        )
+    return [buffer.action_masks[:, envs].unbind(0) for envs in groups]
 
 
 def _finish_step(
@@ -184,11 +215,12 @@ def score_rollout(policy: ActorCritic, buffer: RolloutBuffer, gamma: float) -> N
     # Chunks of whole steps, about SCORE_CHUNK_ROWS samples each (one step if the batch is wider).
     steps_per_chunk = max(1, SCORE_CHUNK_ROWS // num_envs)
     obs, actions = buffer.obs.flatten(0, 1), buffer.actions.flatten(0, 1)
+    masks = None if buffer.action_masks is None else buffer.action_masks.flatten(0, 1)
     log_probs, values = buffer.log_probs.view(-1), buffer.values.view(-1)
     score = policy.scorer()
     for first in range(0, steps * num_envs, steps_per_chunk * num_envs):
         rows = slice(first, first + steps_per_chunk * num_envs)
-        log_probs[rows], values[rows] = score(obs[rows], actions[rows])
+        log_probs[rows], values[rows] = score(obs[rows], actions[rows], None if masks is None else masks[rows])
     buffer.dones.copy_(buffer.terminated | buffer.truncated)
     bootstrap_truncated(policy, buffer, gamma)
 

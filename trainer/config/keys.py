@@ -300,10 +300,10 @@ class TrainConfig(AlgorithmSettings):
         },
     )
     gif_interval: float = key(
-        20.0,
+        10.0,
         "Seconds between rollout GIFs: the first right after the first update, then "
-        "one every this many seconds while gif_time_fraction allows, and one at the end "
-        "(0: never).",
+        "one every this many seconds (the studio's picture is never much older), and one at "
+        "the end (0: never).",
         Real(0.0, 1e9),
         OUTPUTS,
     )
@@ -315,8 +315,9 @@ class TrainConfig(AlgorithmSettings):
         OUTPUTS,
     )
     gif_time_fraction: float = key(
-        0.05,
-        "A GIF waits while GIFs would take more than this fraction of the training time (1: never waits).",
+        0.1,
+        "GIFs are cut shorter (to 30 frames at least) while they would take more than this fraction "
+        "of the training time (1: never cut).",
         Real(0.0, 1.0),
         OUTPUTS,
     )

@@ -1,7 +1,9 @@
 """Checks a run must pass before anything is written: its env builds with these options, and it
-fits in the memory of the machine it would train on.
+fits in the memory of the machine it would train on; and the warnings about a run that would
+start but is likely not what was meant (one update larger than the whole run, a rollout that
+takes a large share of the machine's memory).
 
-    check_run_fits(config)   # ConfigError naming the key and the numbers, or None
+    warnings = check_run_fits(config)   # ConfigError naming the key and the numbers; else the warnings
 
 Called by `trainer.run.loop.train` and the studio's Start before a run folder exists, so a run that
 would fail in its first second (an unknown `env_kwargs` key, `num_envs: 10**7` on a laptop) never
@@ -21,6 +23,7 @@ from trainer.config.checks import ConfigError
 from trainer.config.keys import TrainConfig
 
 MEMORY_SHARE = 0.8  # a run may plan to use this share of the memory that is free now
+WARN_MEMORY_SHARE = 0.25  # a run planning on more than this share of it starts, with a warning
 FLOATS_PER_SAMPLE = 10  # action, log-prob, value, reward, done, advantage, return, ... per stored step
 COPIES_OF_THE_BATCH = 2.5  # the rollout storage, its flattened view for the update, minibatch gathers
 ENV_STATE_COPIES = 8  # a native env holds its state, observations and final observations a few times
@@ -128,9 +131,10 @@ def check_action_kind(config: TrainConfig, action_space) -> None:
     )
 
 
-def check_run_fits(config: TrainConfig) -> None:
+def check_run_fits(config: TrainConfig) -> list[str]:
     """ConfigError when the env refuses the config's env options, or the run would need more
-    memory than the device it trains on has free."""
+    memory than the device it trains on has free; else the run's warnings (`run_warnings`), for
+    the CLI to print and the studio's form to show."""
     observation_space, action_space = probe_spaces(config)
     check_action_kind(config, action_space)
     needed = estimated_bytes(config, observation_space, action_space)
@@ -148,3 +152,30 @@ def check_run_fits(config: TrainConfig) -> None:
             f"observation values need about {needed / 2**30:.1f} GiB, but {where} has {free / 2**30:.1f} GiB "
             f"free. Lower num_envs or num_steps (a run may plan on {MEMORY_SHARE:.0%} of the free memory)"
         )
+    return run_warnings(config, needed, free, where)
+
+
+def run_warnings(config: TrainConfig, needed: int, free: int, where: str) -> list[str]:
+    """What would start but is likely a slip (each a sentence naming the keys and the numbers):
+    one update collecting more steps than total_timesteps (the run is then that one update, its
+    rollout and first checkpoint sized by it), or a run whose tensors (`needed` bytes, from
+    `estimated_bytes`) take more than WARN_MEMORY_SHARE of the `free` memory of `where`."""
+    found = []
+    batch = config.num_envs * config.num_steps
+    if batch > config.total_timesteps:
+        found.append(
+            f"one update collects num_envs x num_steps = {config.num_envs:_} x {config.num_steps:_} = {batch:_} "
+            f"steps, more than total_timesteps ({config.total_timesteps:_}): the run is a single update of "
+            f"{batch:_} steps. Lower num_envs or num_steps, or raise total_timesteps"
+        )
+    if free > 0 and needed > WARN_MEMORY_SHARE * free:
+        what = (
+            f"buffer_size {config.buffer_size:_}"
+            if "buffer_size" in config.algo_settings
+            else f"num_envs x num_steps = {config.num_envs:_} x {config.num_steps:_}"
+        )
+        found.append(
+            f"{what} needs about {needed / 2**30:.1f} GiB, {needed / free:.0%} of the {free / 2**30:.1f} GiB "
+            f"{where} has free (more than {WARN_MEMORY_SHARE:.0%}): other programs and runs may run short"
+        )
+    return found

@@ -79,13 +79,14 @@ class ActionSampler:
         self.noise = policy.action_noise
 
     @torch.no_grad()
-    def __call__(self, obs: Tensor, noise: Tensor) -> Tensor:
-        """Sampled actions for a batch of (normalised) observations and one step of `noise`."""
+    def __call__(self, obs: Tensor, noise: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        """Sampled actions for a batch of (normalised) observations and one step of `noise`
+        (only among the allowed actions, with `action_mask`)."""
         if self.actor is None:
             head = self.policy.actor(self.policy._features(obs)[0])
         else:
             head = self.actor(obs.reshape(obs.shape[0], -1))
-        return self.policy.noisy_action(head, noise, self.std)
+        return self.policy.noisy_action(head, noise, self.std, action_mask)
 
 
 class RolloutScorer:
@@ -99,8 +100,9 @@ class RolloutScorer:
         self.critic = (FoldedMLP.of(policy.critic) if folded else None) or policy.critic
 
     @torch.no_grad()
-    def __call__(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        """(log pi(action|obs), V(obs)) for a batch of (normalised) observations."""
+    def __call__(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(log pi(action|obs), V(obs)) for a batch of (normalised) observations (of the masked
+        distribution, with `action_mask`)."""
         actor_input, critic_input = self.policy._features(obs)
         head, value = self.actor(actor_input), self.critic(critic_input)
-        return self.policy._log_prob(head, action), value.squeeze(-1)
+        return self.policy._log_prob(head, action, action_mask), value.squeeze(-1)

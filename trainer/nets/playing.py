@@ -6,11 +6,16 @@ hold a network of this kind, rebuilt from its spec by `trainer.nets.build.build_
 only these:
 
     policy.normalize_obs(obs)                    raw env observations -> what the network takes
-    policy.act(obs, generator, deterministic)    (action, log pi(action|obs), value) on normalised obs
+    policy.act(obs, generator, deterministic, action_mask=None)
+                                                 (action, log pi(action|obs), value) on normalised obs
     policy.env_action(action)                    what the env is given (continuous: clipped to its bounds)
-    policy.exported(obs, with_details)           the ONNX graph's outputs: (action, *details)
+    policy.exported(obs, with_details, action_mask=None)
+                                                 the ONNX graph's outputs: (action, *details)
     policy.export_names(with_details)            their names: ("action", ...)
     policy.spec, policy.discrete, policy.obs_normalizer
+
+`action_mask` (discrete actions only): a bool tensor (batch, n), True where the action is allowed
+(trainer/nets/masks.py); a forbidden action gets probability 0. None: every action is allowed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from trainer.nets.masks import ActionMaskError, check_some_allowed
 from trainer.nets.normalization import RunningMeanStd
 
 
@@ -52,12 +58,24 @@ class PlayingNetwork(nn.Module):
     def act(
         self, obs: Tensor, generator: torch.Generator | None = None, deterministic: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """(action, log pi(action|obs), value estimate) for a batch of normalised observations."""
+        """(action, log pi(action|obs), value estimate) for a batch of normalised observations;
+        `action_mask` (keyword, discrete only): the allowed actions of each, as the module says."""
         raise NotImplementedError
 
     def exported(self, obs: Tensor, with_details: bool = False) -> tuple[Tensor, ...]:
-        """The greedy action for normalised observations, then `detail_names`' tensors when asked."""
+        """The greedy action for normalised observations, then `detail_names`' tensors when asked;
+        `action_mask` (discrete only) as in `act`."""
         raise NotImplementedError
+
+    def check_action_mask(self, action_mask: Tensor | None, rows: bool = True) -> None:
+        """ActionMaskError for a mask given to a continuous policy, or (`rows`: one host sync, which
+        `act` pays and the ONNX graph does not) for a row that allows no action."""
+        if action_mask is None:
+            return
+        if not self.discrete:
+            raise ActionMaskError("action masks are for discrete action spaces; this policy's actions are continuous")
+        if rows:
+            check_some_allowed(action_mask)
 
     def export_names(self, with_details: bool) -> list[str]:
         return ["action", *self.detail_names] if with_details else ["action"]

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.nets.fast_forward import ActionSampler, RolloutScorer
+from trainer.nets.masks import mask_logits, masked_sample
 from trainer.nets.playing import PlayingNetwork
 from trainer.nets.spec import CNN_FEATURES
 from trainer.nets.torso import ConvTorso, hidden_sizes, layer, mlp, obs_size
@@ -54,9 +55,14 @@ class ActorCritic(PlayingNetwork):
         flat = obs.reshape(obs.shape[0], -1)
         return flat, flat
 
-    def exported(self, obs: Tensor, with_details: bool = False) -> tuple[Tensor, ...]:
+    def exported(
+        self, obs: Tensor, with_details: bool = False, action_mask: Tensor | None = None
+    ) -> tuple[Tensor, ...]:
+        self.check_action_mask(action_mask, rows=False)
         actor_input, critic_input = self._features(obs)
         head = self.actor(actor_input)
+        if action_mask is not None:
+            head = mask_logits(head, action_mask)
         action = head.argmax(-1) if self.discrete else self.env_action(head)
         if not with_details:
             return (action,)
@@ -69,17 +75,26 @@ class ActorCritic(PlayingNetwork):
         return self.critic(self._features(obs)[1]).squeeze(-1)
 
     def act(
-        self, obs: Tensor, generator: torch.Generator | None = None, deterministic: bool = False
+        self,
+        obs: Tensor,
+        generator: torch.Generator | None = None,
+        deterministic: bool = False,
+        action_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Sample actions: (action, log pi(action|obs), V(obs))."""
+        """Sample actions: (action, log pi(action|obs), V(obs)); forbidden actions (`action_mask`
+        False) have probability 0."""
+        self.check_action_mask(action_mask)
         actor_input, critic_input = self._features(obs)
         head = self.actor(actor_input)
+        if action_mask is not None:
+            head = mask_logits(head, action_mask)
         value = self.critic(critic_input).squeeze(-1)
         if deterministic:
             action = head.argmax(-1) if self.discrete else head
         else:
             noise = self.action_noise(1, head.shape[0], generator, head.device)[0]
-            action = self.noisy_action(head.clone(), noise, self.log_std.exp() if not self.discrete else None)
+            std = self.log_std.exp() if not self.discrete else None
+            action = self.noisy_action(head.clone(), noise, std, action_mask)
         return action, self._log_prob(head, action), value
 
     def action_noise(
@@ -93,9 +108,14 @@ class ActorCritic(PlayingNetwork):
             return torch.rand(shape, generator=generator, device=device).log_().neg_().log_().neg_()
         return torch.randn(shape, generator=generator, device=device)
 
-    def noisy_action(self, head: Tensor, noise: Tensor, std: Tensor | None) -> Tensor:
+    def noisy_action(
+        self, head: Tensor, noise: Tensor, std: Tensor | None, action_mask: Tensor | None = None
+    ) -> Tensor:
         """A sample of the policy, computed in place on `head`: argmax(logits + Gumbel noise) is a
-        sample of softmax(logits) (the Gumbel-max trick); mean + std * noise one of the Gaussian."""
+        sample of softmax(logits) (the Gumbel-max trick); mean + std * noise one of the Gaussian.
+        With `action_mask`, the argmax runs over the allowed actions only."""
+        if action_mask is not None:
+            return masked_sample(head, noise, action_mask)
         if self.discrete:
             return head.add_(noise).argmax(-1)
         return head.addcmul_(noise, std)
@@ -108,14 +128,17 @@ class ActorCritic(PlayingNetwork):
         """pi(a|s) and V(s) without gradients, from a snapshot of the current weights."""
         return RolloutScorer(self)
 
-    def score(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+    def score(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(log pi(action|obs), V(obs)) without gradients: the rollout's pi_old and V_old."""
-        return self.scorer()(obs, action)
+        return self.scorer()(obs, action, action_mask)
 
-    def evaluate(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """For the update: (log pi(action|obs), entropy of pi(.|obs), V(obs))."""
+    def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """For the update: (log pi(action|obs), entropy of pi(.|obs), V(obs)), of the masked
+        distribution when the rollout had `action_mask`."""
         actor_input, critic_input = self._features(obs)
         head = self.actor(actor_input)
+        if action_mask is not None:
+            head = mask_logits(head, action_mask)
         value = self.critic(critic_input).squeeze(-1)
         if self.discrete:
             log_probs = head.log_softmax(-1)
@@ -125,7 +148,9 @@ class ActorCritic(PlayingNetwork):
         entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(head.shape[0])
         return self._gaussian_log_prob(head, action), entropy, value
 
-    def _log_prob(self, head: Tensor, action: Tensor) -> Tensor:
+    def _log_prob(self, head: Tensor, action: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        if action_mask is not None:
+            head = mask_logits(head, action_mask)
         if self.discrete:
             return head.log_softmax(-1).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         return self._gaussian_log_prob(head, action)

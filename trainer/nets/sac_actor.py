@@ -76,9 +76,10 @@ class SquashedGaussianActor(PlayingNetwork):
         return squashed * self.action_scale + self.action_bias
 
     def act(
-        self, obs: Tensor, generator: torch.Generator | None = None, deterministic: bool = False
+        self, obs: Tensor, generator: torch.Generator | None = None, deterministic: bool = False, action_mask=None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """An action in the env's bounds and its log-probability (0 when deterministic); no value."""
+        self.check_action_mask(action_mask)  # continuous: a mask is refused
         if deterministic:
             mean, _ = self(obs)
             action = self.to_env_scale(torch.tanh(mean))

@@ -264,10 +264,12 @@ class TrainedModel:
 
     @torch.no_grad()
     def predict(
-        self, obs, deterministic: bool = True, state: Any = None, episode_start: Any = None
+        self, obs, deterministic: bool = True, state: Any = None, episode_start: Any = None, action_masks: Any = None
     ) -> tuple[np.ndarray, None]:
         """Actions for `obs`; the second value is the recurrent state (always None here),
-        as in Stable-Baselines3."""
+        as in Stable-Baselines3. `action_masks` (discrete actions; sb3-contrib's keyword): the
+        allowed actions, bools of shape (n,) for one observation or (B, n) for a batch; forbidden
+        ones are never chosen (trainer/nets/masks.py)."""
         tensor = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs), dtype=torch.float32)
         single = tuple(tensor.shape) == self.observation_shape
         if single:
@@ -279,7 +281,13 @@ class TrainedModel:
                 f"got {tuple(tensor.shape)}"
             )
         tensor = tensor.to(self.device)
-        action, _, _ = self.policy.act(self.policy.normalize_obs(tensor), deterministic=deterministic)
+        mask = None
+        if action_masks is not None:
+            from trainer.nets.masks import as_mask
+
+            self.policy.check_action_mask(action_masks, rows=False)  # continuous: refused, clearly
+            mask = as_mask(action_masks, tensor.shape[0], self.policy.action_size, self.device)
+        action, _, _ = self.policy.act(self.policy.normalize_obs(tensor), deterministic=deterministic, action_mask=mask)
         action = self.policy.env_action(action).cpu().numpy()
         return (action[0], None) if single else (action, None)
 

@@ -82,11 +82,19 @@ class GifRecorder:
         self.max_frames = max_frames
 
     @torch.no_grad()
-    def record(self, policy_state: dict, path: Path, seed: int, play_on_seconds: float = PLAY_ON_SECONDS) -> GifResult:
-        """Play one episode with the most likely actions, drawing its first `max_frames` frames;
-        past them keep playing without drawing (cheap) for up to `play_on_seconds`, so the caption
-        can say how the episode really ended."""
+    def record(
+        self,
+        policy_state: dict,
+        path: Path,
+        seed: int,
+        play_on_seconds: float = PLAY_ON_SECONDS,
+        max_frames: int | None = None,
+    ) -> GifResult:
+        """Play one episode with the most likely actions, drawing its first `max_frames` frames
+        (default: the recorder's); past them keep playing without drawing (cheap) for up to
+        `play_on_seconds`, so the caption can say how the episode really ended."""
         started = time.perf_counter()
+        max_frames = min(self.max_frames, max_frames or self.max_frames)
         if self._env is None:
             self._env = self._make_env()
         env = self._env
@@ -100,11 +108,12 @@ class GifRecorder:
         step = played_on_from = 0
         playing_on_since = None  # perf_counter when the frames ran out and playing on began
         while True:
-            if playing_on_since is None and len(frames) >= self.max_frames:
+            if playing_on_since is None and len(frames) >= max_frames:
                 playing_on_since, played_on_from = time.perf_counter(), step
             if playing_on_since is not None and time.perf_counter() - playing_on_since >= play_on_seconds:
                 break
-            action, _, _ = self.policy.act(self.policy.normalize_obs(obs), deterministic=True)
+            mask = env.action_masks()  # None unless the env forbids some actions
+            action, _, _ = self.policy.act(self.policy.normalize_obs(obs), deterministic=True, action_mask=mask)
             obs, reward, terminated, truncated, info = env.step(self.policy.env_action(action))
             episode_return += float(reward[0])
             step += 1
@@ -145,24 +154,24 @@ class GifRecorder:
             self._env = None
 
 
-GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005  # the first GIF's cost guesses; later ones use the measured costs
-GIF_SECONDS_PER_STEP_ESTIMATE = 0.001  # playing on without drawing
+GIF_SECONDS_PER_FRAME_ESTIMATE = 0.005  # until the first GIF has measured the cost of a frame
+MIN_GIF_FRAMES = 30  # the shortest the budget cuts a GIF to (a second of CartPole or Flappy Bird)
 
 
 class GifSchedule:
-    """When the training loop records a rollout GIF; the one rule:
+    """When the training loop records a rollout GIF, and how long it may be; the one rule:
 
-    - the first right after the first update of a session, whatever it costs (it is short: an
-      untrained agent's episode), so the page shows the agent within seconds of Start;
-    - then one every `interval` seconds of wall-clock time (start to start), each only when its
-      expected cost fits the budget: all GIF time so far plus this one's within `time_fraction`
-      of the training time. A GIF that does not fit waits (the cadence stretches; it never
-      bunches up);
-    - and one at the end of the run (the loop's, after training: it slows nothing).
+    - the first right after the first update of a session, whole (up to `max_frames`: it is
+      short, an untrained agent's episode), so the page shows the agent within seconds of Start;
+    - then one every `interval` seconds of wall-clock time (start to start), never later: the
+      picture the page shows is at most about `interval` seconds of training older than its
+      status line. The budget shortens a GIF instead of delaying it: it draws as many frames as
+      keep all GIF time so far within `time_fraction` of the training time (at least
+      MIN_GIF_FRAMES, at most `max_frames`), and plays on past its last frame (to learn how the
+      episode ends, at most PLAY_ON_SECONDS) only as long as the budget has left after that;
+    - and one at the end of the run (the loop's, after training: it slows nothing), whole.
 
-    The expected cost is the measured cost per drawn frame times the frames the current episode
-    length needs, plus playing on past the last frame (measured cost per step, at most
-    PLAY_ON_SECONDS), which the recorder is then given only as much of as the budget has left.
+    A frame's cost is the last GIF's measured cost per drawn frame (playing, drawing, writing).
     """
 
     def __init__(self, interval: float, max_frames: int, time_fraction: float, seconds_spent: float = 0.0):
@@ -171,38 +180,34 @@ class GifSchedule:
         self.time_fraction = time_fraction
         self.seconds_spent = seconds_spent  # saved in checkpoints: a resumed run keeps its budget
         self.seconds_per_frame = GIF_SECONDS_PER_FRAME_ESTIMATE
-        self.seconds_per_step = GIF_SECONDS_PER_STEP_ESTIMATE
         self.last_started: float | None = None  # perf_counter of this session's last GIF
 
     @property
     def unbudgeted(self) -> bool:
         return self.time_fraction >= 1.0
 
-    def _drawing_cost(self, episode_length: float | None) -> float:
-        return self.seconds_per_frame * min(self.max_frames, episode_length or self.max_frames)
-
-    def _play_on_cost(self, episode_length: float | None) -> float:
-        return min(PLAY_ON_SECONDS, self.seconds_per_step * max(0.0, (episode_length or 0.0) - self.max_frames))
-
-    def due(self, now: float, training_seconds: float, episode_length: float | None) -> bool:
+    def due(self, now: float) -> bool:
         if not self.interval:
             return False
-        if self.last_started is None:
-            return True
-        if now - self.last_started < self.interval:
-            return False
-        if self.unbudgeted:
-            return True
-        expected = self._drawing_cost(episode_length) + self._play_on_cost(episode_length)
-        return self.seconds_spent + expected <= self.time_fraction * training_seconds
+        return self.last_started is None or now - self.last_started >= self.interval
 
-    def play_on_seconds(self, training_seconds: float | None, episode_length: float | None) -> float:
-        """How long the GIF due now may play on past its last frame: what the budget has left
-        after drawing it, at most PLAY_ON_SECONDS (None: after training, nothing left to slow)."""
+    def _budget_left(self, training_seconds: float) -> float:
+        return self.time_fraction * training_seconds - self.seconds_spent
+
+    def frames(self, training_seconds: float | None) -> int:
+        """How many frames the GIF due now may draw (None: after training, whole)."""
+        if training_seconds is None or self.unbudgeted or self.last_started is None:
+            return self.max_frames
+        affordable = int(self._budget_left(training_seconds) / max(self.seconds_per_frame, 1e-9))
+        return max(min(MIN_GIF_FRAMES, self.max_frames), min(self.max_frames, affordable))
+
+    def play_on_seconds(self, training_seconds: float | None, episode_length: float | None, frames: int) -> float:
+        """How long the GIF due now (of `frames` frames) may play on past its last frame: what the
+        budget has left after drawing it, at most PLAY_ON_SECONDS (None: after training)."""
         if training_seconds is None or self.unbudgeted:
             return PLAY_ON_SECONDS
-        left = self.time_fraction * training_seconds - self.seconds_spent - self._drawing_cost(episode_length)
-        return min(PLAY_ON_SECONDS, max(0.0, left))
+        drawing = self.seconds_per_frame * min(frames, episode_length or frames)
+        return min(PLAY_ON_SECONDS, max(0.0, self._budget_left(training_seconds) - drawing))
 
     def started(self, now: float) -> None:
         self.last_started = now
@@ -210,8 +215,6 @@ class GifSchedule:
     def spent(self, result: GifResult) -> None:
         self.seconds_spent += result.seconds
         self.seconds_per_frame = result.drawing_seconds / max(1, result.frames)
-        if result.steps_played_on:
-            self.seconds_per_step = (result.seconds - result.drawing_seconds) / result.steps_played_on
 
 
 def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 30) -> Path:

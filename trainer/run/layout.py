@@ -243,11 +243,14 @@ SWEEPS_DIR = "sweeps"
 STUDY_FILE = "study.db"
 BEST_CONFIG_FILE = "best.yaml"
 TRIALS_DIR = "trials"
+SWEEP_FILE, SWEEP_BASE_FILE, SWEEP_LOG_FILE = "sweep.yaml", "base.yaml", "sweep.log"  # the studio's (Sweeps tab)
 
 SWEEP_LAYOUT: dict[str, str] = {
     STUDY_FILE: "the Optuna study (SQLite), unless `--storage` names another database",
     BEST_CONFIG_FILE: "the best trial's full config, for `python -m trainer --config best.yaml`",
     f"{TRIALS_DIR}/<trial>-seed<seed>/": "the run folder of one trial and seed, laid out as `runs/<run_id>/`",
+    SWEEP_FILE: "a sweep started in the studio: its sweep file (and `base.yaml`, its base config)",
+    SWEEP_LOG_FILE: "a sweep started in the studio: the sweep's output lines",
 }
 
 
@@ -271,3 +274,30 @@ def trials_folder(sweep_dir: str | Path) -> Path:
 def trial_run_path(sweep_dir: str | Path, trial_number: int, seed: int) -> Path:
     """The run folder of trial `trial_number` trained with `seed`: `trials/0007-seed1`."""
     return trials_folder(sweep_dir) / f"{int(trial_number):04d}-seed{int(seed)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The run queue (trainer/run/run_queue.py): `runs/queue/`, beside the run folders. The studio and
+# every sweep on the same runs folder take their slots from it.
+
+QUEUE_DIR = "queue"
+QUEUE_FILE = "queue.json"
+QUEUE_LOCK_FILE = "queue.lock"
+
+QUEUE_LAYOUT: dict[str, str] = {
+    QUEUE_FILE: "the runs that hold a slot and those waiting in line, in order (changed only under the lock)",
+    QUEUE_LOCK_FILE: "the lock every change of the queue takes (empty)",
+}
+
+
+def queue_folder(runs_dir: str | Path) -> Path:
+    """`<runs_dir>/queue`: the run queue of everything that trains in this runs folder."""
+    return Path(runs_dir) / QUEUE_DIR
+
+
+def queue_path(runs_dir: str | Path) -> Path:
+    return queue_folder(runs_dir) / QUEUE_FILE
+
+
+def queue_lock_path(runs_dir: str | Path) -> Path:
+    return queue_folder(runs_dir) / QUEUE_LOCK_FILE

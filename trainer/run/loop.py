@@ -41,7 +41,6 @@ from trainer.run.outputs import (
     checkpoint_due,
     emit_metrics,
     metric_blanks,
-    recent_episode_length,
     record_gif,
     save_checkpoint,
     save_final_model,
@@ -252,9 +251,7 @@ class TrainingSession:
             if self._writes_files and checkpoint_due(self):
                 save_checkpoint(self)
                 last_checkpoint_update = self.update
-            if self.gif_recorder is not None and self.gif_schedule.due(
-                time.perf_counter(), self.training_seconds(), recent_episode_length(self)
-            ):
+            if self.gif_recorder is not None and self.gif_schedule.due(time.perf_counter()):
                 record_gif(self, self.training_seconds())
         final_model = None
         if self._writes_files:

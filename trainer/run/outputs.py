@@ -83,14 +83,16 @@ def recent_episode_length(session: TrainingSession) -> float | None:
 def record_gif(session: TrainingSession, training_seconds: float | None) -> None:
     """One rollout GIF now (GifSchedule says when); training_seconds None: after training."""
     path = rollout_gif_path(session.run_dir, session.global_step)
-    session.gif_schedule.started(time.perf_counter())
-    play_on = session.gif_schedule.play_on_seconds(training_seconds, recent_episode_length(session))
+    schedule = session.gif_schedule
+    frames = schedule.frames(training_seconds)  # before started(): the session's first is whole
+    schedule.started(time.perf_counter())
     try:
         result = session.gif_recorder.record(
             session.policy.state_dict(),
             path,
             seed=seeds(session.config.seed, update=session.update).gif,
-            play_on_seconds=play_on,
+            play_on_seconds=schedule.play_on_seconds(training_seconds, recent_episode_length(session), frames),
+            max_frames=frames,
         )
     except Exception as error:  # noqa: BLE001 - a GIF must never end a training run, except a full disk
         if isinstance(error, OSError) and error.errno in WRITE_FAILURES:
@@ -101,7 +103,7 @@ def record_gif(session: TrainingSession, training_seconds: float | None) -> None
         session.gif_recorder.close()
         session.gif_recorder = None
         return
-    session.gif_schedule.spent(result)
+    schedule.spent(result)
     session.bus.emit("gif", step=session.global_step, **result.event_fields())
 
 

@@ -212,7 +212,8 @@ def evaluate(
             if recording and steps % skip == 0:
                 frames.append(env.render(0))
             steps += 1
-            action, _, _ = policy.act(policy.normalize_obs(obs), deterministic=deterministic)
+            mask = env.action_masks()  # None unless the env forbids some actions
+            action, _, _ = policy.act(policy.normalize_obs(obs), deterministic=deterministic, action_mask=mask)
             obs, reward, terminated, truncated, _ = env.step(policy.env_action(action))
             current_length += 1
             done = (terminated | truncated).cpu().numpy()

@@ -1,13 +1,18 @@
 """ONNX export: a trained policy as a file any game engine can run, without PyTorch.
 
-    python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details] [--force]
+    python -m trainer export runs/<run_id> --onnx agent.onnx [--with-details] [--with-mask] [--force]
 
     from trainer.serving.export import export_onnx
     export_onnx("runs/<run_id>/flappy_bird_ppo_final.pth", "agent.onnx")
 
-The model takes one input, `obs`: a float32 batch of *raw* observations (batch, *obs_shape),
-with a dynamic batch dimension. Observation normalisation (norm_obs) and the CNN's 0..255
-scaling are folded into the graph, so a game feeds what the env observes. Outputs:
+The model takes `obs`: a float32 batch of *raw* observations (batch, *obs_shape), with a dynamic
+batch dimension. Observation normalisation (norm_obs) and the CNN's 0..255 scaling are folded into
+the graph, so a game feeds what the env observes. With `with_mask=True` (`--with-mask`; discrete
+actions) the graph has a second input, `action_mask`: bool (batch, n), True where the action is
+allowed; a forbidden action gets probability 0 and is never the `action` (for an env that masks
+actions: Snake in absolute mode, a Gymnasium env's info["action_mask"]). Two plain inputs rather
+than one with a default, because onnxruntime hides an input that has a default from
+`get_inputs()` and warns on every session it opens. Outputs:
 
     action   discrete: int64 (batch,), the most likely action
              continuous: float32 (batch, dim), the mean, clipped to the action bounds
@@ -86,17 +91,31 @@ class ExportablePolicy(nn.Module):
             self.register_buffer("shift", normalizer.mean.float().clone())
             self.register_buffer("scale", (normalizer.var + EPSILON).rsqrt().float())
 
-    def forward(self, obs: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, ...]:
         if self.normalize:
             obs = ((obs - self.shift) * self.scale).clamp(-CLIP, CLIP)
-        return self.policy.exported(obs, self.with_details)
+        if action_mask is None:
+            return self.policy.exported(obs, self.with_details)
+        return self.policy.exported(obs, self.with_details, action_mask)
+
+
+MASK_INPUT = "action_mask"
+
+
+def input_names(model: TrainedModel, with_mask: bool = False) -> list[str]:
+    """The graph's inputs: `obs`, and with_mask `action_mask` (ExportError for continuous actions)."""
+    if not with_mask:
+        return ["obs"]
+    if not model.policy.discrete:
+        raise ExportError("--with-mask is for discrete actions; this policy's actions are continuous")
+    return ["obs", MASK_INPUT]
 
 
 def output_names(model: TrainedModel, with_details: bool) -> list[str]:
     return model.policy.export_names(with_details)
 
 
-def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
+def model_metadata(model: TrainedModel, with_details: bool, with_mask: bool = False) -> dict[str, str]:
     """What the .onnx file says about itself (strings, as ONNX metadata must be). The env is the
     one the model was trained on, as its checkpoint's config names it, with its options."""
     config = model.config or {}
@@ -108,6 +127,7 @@ def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
         "obs_shape": json.dumps(list(model.observation_shape)),
         "action_space": json.dumps(model.spec["action"]),
         "global_step": str(model.global_step),
+        "inputs": json.dumps(input_names(model, with_mask)),
         "outputs": json.dumps(output_names(model, with_details)),
         "norm_obs_folded_in": str(bool(model.spec.get("norm_obs"))).lower(),
     }
@@ -116,14 +136,17 @@ def model_metadata(model: TrainedModel, with_details: bool) -> dict[str, str]:
     return metadata
 
 
-def onnx_bytes(model: TrainedModel, with_details: bool = False) -> bytes:
+def onnx_bytes(model: TrainedModel, with_details: bool = False, with_mask: bool = False) -> bytes:
     """The serialised ONNX model (checked by onnx.checker), with its metadata."""
     try:
         import onnx
     except ImportError:
         raise ExportError(f"ONNX export needs the optional onnx package: {INSTALL_HINT}") from None
     wrapper = ExportablePolicy(model, with_details).eval()
-    example = torch.zeros((2, *model.observation_shape), dtype=torch.float32)
+    example = (torch.zeros((2, *model.observation_shape), dtype=torch.float32),)
+    inputs = input_names(model, with_mask)
+    if with_mask:
+        example += (torch.ones((2, model.policy.action_size), dtype=torch.bool),)
     names = output_names(model, with_details)
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
@@ -132,21 +155,27 @@ def onnx_bytes(model: TrainedModel, with_details: bool = False) -> bytes:
         warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapper,
-            (example,),
+            example,
             buffer,
             dynamo=False,
             opset_version=OPSET,
-            input_names=["obs"],
+            input_names=inputs,
             output_names=names,
-            dynamic_axes={"obs": {0: "batch"}, **{name: {0: "batch"} for name in names}},
+            dynamic_axes={name: {0: "batch"} for name in (*inputs, *names)},
         )
     proto = onnx.load_from_string(buffer.getvalue())
-    for key, value in model_metadata(model, with_details).items():
+    for key, value in model_metadata(model, with_details, with_mask).items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     proto.doc_string = (
         f"RL Studio policy for {model.env_name}: input obs float32 (batch, "
-        f"{', '.join(map(str, model.observation_shape))}) raw observations; outputs {', '.join(names)}"
+        f"{', '.join(map(str, model.observation_shape))}) raw observations"
+        + (
+            f", input {MASK_INPUT} bool (batch, {model.policy.action_size}), True where the action is allowed"
+            if with_mask
+            else ""
+        )
+        + f"; outputs {', '.join(names)}"
     )
     onnx.checker.check_model(proto)
     return proto.SerializeToString()
@@ -173,15 +202,20 @@ def check_out_path(out_path: Path, overwrite: bool) -> None:
 
 
 def export_onnx(
-    run_or_pth: str | Path | TrainedModel, out_path: str | Path, with_details: bool = False, overwrite: bool = True
+    run_or_pth: str | Path | TrainedModel,
+    out_path: str | Path,
+    with_details: bool = False,
+    overwrite: bool = True,
+    with_mask: bool = False,
 ) -> Path:
     """Write the policy of a .pth (or a run folder's newest model) as ONNX to `out_path`, atomically
     (a temporary file in the same folder, then os.replace). overwrite=False (the CLI without
-    --force) refuses an existing file or symbolic link at `out_path`."""
+    --force) refuses an existing file or symbolic link at `out_path`. with_mask: a second input,
+    `action_mask` (discrete actions)."""
     model = run_or_pth if isinstance(run_or_pth, TrainedModel) else load_model(resolve_model_path(run_or_pth))
     out_path = Path(out_path)
     check_out_path(out_path, overwrite)
-    data = onnx_bytes(model, with_details)
+    data = onnx_bytes(model, with_details, with_mask)
     check_out_path(out_path, overwrite)  # again: the export took a moment
     return atomic_write(out_path, data)
 
@@ -214,6 +248,11 @@ def build_parser():
         help="also output action probabilities (discrete) or means (continuous) and the value",
     )
     parser.add_argument(
+        "--with-mask",
+        action="store_true",
+        help="discrete actions: a second input, action_mask bool (batch, n), True where the action is allowed",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="replace a file or symbolic link already at OUT.onnx (the link itself is replaced, "
@@ -231,13 +270,16 @@ def command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         model = load_model(resolve_model_path(args.model))
-        path = export_onnx(model, args.onnx, with_details=args.with_details, overwrite=args.force)
+        path = export_onnx(
+            model, args.onnx, with_details=args.with_details, overwrite=args.force, with_mask=args.with_mask
+        )
     except (ExportError, CheckpointError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     names = ", ".join(output_names(model, args.with_details))
+    mask = f" and {MASK_INPUT} bool (batch, {model.policy.action_size})" if args.with_mask else ""
     print(
         f"wrote {path}: input obs float32 (batch, {', '.join(map(str, model.observation_shape))}) raw "
-        f"observations -> {names}; env {model.env_name}, step {model.global_step}"
+        f"observations{mask} -> {names}; env {model.env_name}, step {model.global_step}"
     )
     return 0

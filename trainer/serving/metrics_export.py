@@ -44,11 +44,10 @@ from trainer.config.metrics import (
     prometheus_labels,
     prometheus_metrics,
 )
-from trainer.run.status import END_STATUSES
+from trainer.run.status import ACTIVE_STATUSES, RUN_STATUSES
 
 PREFIX = PROMETHEUS_PREFIX
 RUN_LABELS = PROMETHEUS_RUN_LABELS
-RUN_STATUSES = ("starting", "running", "stopping", *END_STATUSES, "interrupted")  # run_dir.run_status's values
 LOSS_FIELDS = must_be_finite()  # None in an event = not finite
 DEFAULT_FALLING_UPDATES: int = TrainConfig.warn_falling_updates  # declared once, in trainer/config/keys.py
 
@@ -268,7 +267,7 @@ class RunsCollector(Collector):
             families["checkpoint_age_seconds"].add_metric(labels, max(0.0, now - since))
         for status in RUN_STATUSES:
             families["run_status"].add_metric(labels + [status], 1.0 if run.status == status else 0.0)
-        process = _process_numbers(run.pid) if run.status in ("starting", "running", "stopping") else None
+        process = _process_numbers(run.pid) if run.status in ACTIVE_STATUSES else None
         if process is not None:
             families["process_cpu_seconds_total"].add_metric(labels, process[0])
             families["process_resident_memory_bytes"].add_metric(labels, process[1])

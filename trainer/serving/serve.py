@@ -3,17 +3,22 @@
     python -m trainer serve runs/<run_id> [--host 127.0.0.1] [--port 8000] [--api-key KEY]
 
     POST /v1/act     {"obs": [...] or [[...], ...], "deterministic": true}  ->  {"actions": [...]}
+                     (discrete actions: optional "action_mask": [true, false, ...] per observation)
     GET  /v1/model   the env, the observation and action spaces, the training step
     GET  /healthz    {"status": "ok"}  (no key needed: for load balancers and supervisors)
 
 `actions` has one entry per observation (a single observation gives a list of one): an integer
 for a discrete action space, a list of floats (clipped to the bounds) for a continuous one.
 `deterministic` (default true) takes the most likely action; false samples from the policy.
+`action_mask` (discrete actions, optional): the allowed actions, n booleans (or 0 / 1) for one
+observation or one such row per observation; a forbidden action is never returned. A mask of the
+wrong shape or one that allows no action for some observation is a 422 that says so.
 
 Requests that arrive while a forward pass runs wait for the next one and go through it
 together (`Batcher`): one pass for many clients, which is what makes 64 concurrent clients
 cheap. Bad requests get a 4xx whose `detail` says what was expected. What a client may send
-(body, JSON, content type, deadlines, connections) is bounded by trainer/serving/http_limits.py.
+(body, JSON, content type, deadlines, connections) is bounded by trainer/serving/http_limits.py;
+the body of POST /v1/act is checked by trainer/serving/act_request.py.
 
 The server listens on 127.0.0.1 unless told otherwise; bound to any other address it needs an
 API key (`--api-key` or the RL_STUDIO_API_KEY environment variable), which clients send as
@@ -22,7 +27,6 @@ API key (`--api-key` or the RL_STUDIO_API_KEY environment variable), which clien
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request) at runtime.
 import asyncio
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -32,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from trainer.run.checkpoint import TrainedModel, load_model
+from trainer.serving.act_request import MAX_ROWS, check_act_request, expected_request
 from trainer.serving.bind import PublicBindError, key_matches, presented_key, require_key_for_public_bind
-from trainer.serving.http_limits import MAX_BODY_BYTES, BodyError, install_error_handlers, read_json
+from trainer.serving.http_limits import MAX_BODY_BYTES, install_error_handlers, read_json
 from trainer.serving.http_server import (
     DEFAULT_LIMITS,
     ServerHandle,
@@ -44,9 +49,6 @@ from trainer.serving.http_server import (
 )
 
 API_KEY_ENV = "RL_STUDIO_API_KEY"
-MAX_ROWS = 4096  # observations in one request
-NUMBER_TYPES = frozenset({int, float})  # what JSON numbers parse to (bool is neither)
-REQUEST_KEYS = ("obs", "deterministic")
 
 
 class ServeError(ValueError):
@@ -70,71 +72,6 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Requests
-
-
-def expected_request(observation_shape: tuple[int, ...]) -> str:
-    shape_text = f"[{', '.join(map(str, observation_shape))}]"
-    return (
-        f'expected a JSON object {{"obs": <one observation of shape {shape_text} or a list of them>, '
-        f'"deterministic": true|false}}'
-    )
-
-
-def check_numbers(obs: Any) -> None:
-    """422 unless `obs` is a number or nested lists of numbers: true, "1.5" or null are refused, not converted."""
-    stack = [obs]
-    while stack:
-        item = stack.pop()
-        if type(item) is list:
-            if not set(map(type, item)) <= NUMBER_TYPES:  # one C-speed test per row on the usual path
-                stack.extend(reversed(item))
-        elif type(item) not in NUMBER_TYPES:
-            raise BodyError(
-                422, f"'obs' must hold numbers only; found {json.dumps(item)[:40]}: send 1.5, not \"1.5\" or true"
-            )
-
-
-def check_act_request(
-    request: Any, observation_shape: tuple[int, ...], max_rows: int = MAX_ROWS
-) -> tuple[np.ndarray, bool]:
-    """(obs batch float32 (B, *observation_shape), deterministic) from the parsed body, or BodyError
-    saying what was expected."""
-    shape_text = f"[{', '.join(map(str, observation_shape))}]"
-    expected = expected_request(observation_shape)
-    if not isinstance(request, dict):
-        raise BodyError(422, f"the body is a JSON {type(request).__name__}, not an object; {expected}")
-    unknown = sorted(set(request) - set(REQUEST_KEYS))
-    if unknown:
-        raise BodyError(422, f"unknown key(s) {', '.join(map(repr, unknown))}; {expected}")
-    if "obs" not in request:
-        raise BodyError(422, f"the key 'obs' is missing; {expected}")
-    deterministic = request.get("deterministic", True)
-    if not isinstance(deterministic, bool):
-        raise BodyError(422, f"'deterministic' must be true or false, got {json.dumps(deterministic)[:40]}")
-    check_numbers(request["obs"])
-    try:
-        with np.errstate(over="ignore"):  # beyond float32: inf, refused below with its index
-            obs = np.asarray(request["obs"], dtype=np.float32)
-    except (TypeError, ValueError):
-        raise BodyError(422, f"'obs' must be numbers in nested lists of equal length; {expected}") from None
-    if obs.shape == observation_shape:
-        obs = obs[None]
-    elif obs.shape[1:] != observation_shape or obs.shape[0] == 0:
-        raise BodyError(
-            422,
-            f"'obs' has shape {list(obs.shape)}; expected {shape_text} (one observation) or "
-            f"[B, {shape_text[1:]} (a batch of B >= 1)",
-        )
-    if obs.shape[0] > max_rows:
-        raise BodyError(413, f"'obs' holds {obs.shape[0]} observations; at most {max_rows} per request")
-    if not np.isfinite(obs).all():
-        bad = np.argwhere(~np.isfinite(obs))[0].tolist()
-        raise BodyError(422, f"'obs' must be finite float32 numbers; found NaN or infinity at index {bad}")
-    return obs, deterministic
-
-
-# ---------------------------------------------------------------------------------------------
 # Batching
 
 
@@ -150,6 +87,7 @@ class _Pending:
     obs: np.ndarray
     deterministic: bool
     future: asyncio.Future = field(repr=False)
+    mask: np.ndarray | None = None  # bool (rows, n): the allowed actions, when the request gave them
 
 
 class Batcher:
@@ -165,13 +103,13 @@ class Batcher:
         self.task: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    async def act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+    async def act(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> np.ndarray:
         loop = asyncio.get_running_loop()
         if self.task is None or self.loop is not loop:  # started lazily, in the loop that serves
             self.loop, self.queue = loop, asyncio.Queue()
             self.task = loop.create_task(self._run(self.queue))
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Pending(obs, deterministic, future))
+        await self.queue.put(_Pending(obs, deterministic, future, mask))
         return await future
 
     async def _run(self, queue: asyncio.Queue) -> None:
@@ -212,7 +150,18 @@ class Batcher:
             if not members:
                 continue
             obs = np.concatenate([batch[index].obs for index in members])
-            actions = self.model.predict(obs, deterministic=deterministic)[0]
+            masks = None  # rows of requests without a mask allow every action
+            if any(batch[index].mask is not None for index in members):
+                size = self.model.policy.action_size
+                masks = np.concatenate(
+                    [
+                        batch[index].mask
+                        if batch[index].mask is not None
+                        else np.ones((len(batch[index].obs), size), dtype=np.bool_)
+                        for index in members
+                    ]
+                )
+            actions = self.model.predict(obs, deterministic=deterministic, action_masks=masks)[0]
             self.stats.forward_passes += 1
             self.stats.largest_batch = max(self.stats.largest_batch, len(obs))
             start = 0
@@ -242,6 +191,11 @@ def describe_model(model: TrainedModel, source: str | None = None) -> dict:
         "request": {
             "obs": f"one observation of shape {list(model.observation_shape)} or a list of up to {MAX_ROWS}",
             "deterministic": "true (default) or false",
+            **(
+                {"action_mask": f"optional: {model.spec['action']['n']} booleans per observation, true = allowed"}
+                if model.spec["action"]["kind"] == "discrete"
+                else {}
+            ),
         },
     }
 
@@ -296,19 +250,23 @@ def create_app(
     async def model_info() -> dict:
         return {**description, "batching": batching, "stats": vars(stats)}
 
-    expected = expected_request(model.observation_shape)
+    action = model.spec["action"]
+    mask_size = int(action["n"]) if action["kind"] == "discrete" else None
+    expected = expected_request(model.observation_shape, mask_size)
 
-    def check(request: Any) -> tuple[np.ndarray, bool]:
-        return check_act_request(request, model.observation_shape, max_rows)
+    def check(request: Any) -> tuple[np.ndarray, bool, np.ndarray | None]:
+        return check_act_request(request, model.observation_shape, max_rows, mask_size)
 
     @app.post("/v1/act")
     async def act(request: Request):
-        obs, deterministic = await read_json(request, MAX_BODY_BYTES, hint=expected, convert=check)
+        obs, deterministic, mask = await read_json(request, MAX_BODY_BYTES, hint=expected, convert=check)
         stats.requests += 1
         if batcher is not None:
-            actions = await batcher.act(obs, deterministic)
+            actions = await batcher.act(obs, deterministic, mask)
         else:
-            actions = await asyncio.to_thread(lambda: model.predict(obs, deterministic=deterministic)[0])
+            actions = await asyncio.to_thread(
+                lambda: model.predict(obs, deterministic=deterministic, action_masks=mask)[0]
+            )
             stats.forward_passes += 1
         return {"actions": actions.tolist()}
 

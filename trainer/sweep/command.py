@@ -2,7 +2,7 @@
 run folder trained in a process of its own (docs/sweeps.md).
 
     python -m trainer sweep --space sweep.yaml --trials 40 --jobs 2 [--seeds 3] [--name NAME]
-                            [--runs-dir runs] [--storage postgresql://user@host/db]
+                            [--runs-dir runs] [--storage postgresql://user@host/db] [--slots N]
 
 The sweep lives in runs/sweeps/<name>/ (trainer/run/layout.py SWEEP_LAYOUT): study.db, best.yaml
 and trials/<trial>-seed<seed>/. The same command again continues the study: it runs only the
@@ -43,13 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--storage", help="a database URL for the study (default: SQLite, study.db in the sweep's folder)"
     )
+    parser.add_argument(
+        "--slots",
+        type=int,
+        help="runs that train at once in RUNS_DIR, this sweep's, other sweeps' and a studio's together; "
+        "the others wait in the run queue (default: one per GPU, else one per usable CPU core)",
+    )
     return parser
 
 
 def command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    for flag in ("trials", "jobs", "seeds"):
-        if getattr(args, flag) < 1:
+    for flag in ("trials", "jobs", "seeds", "slots"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             print(f"error: --{flag} must be at least 1, got {getattr(args, flag)}", file=sys.stderr)
             return EXIT_USAGE
     try:
@@ -74,7 +80,9 @@ def command(argv: list[str]) -> int:
         return EXIT_USAGE
     from trainer.sweep.runner import SweepRunner  # the loop and its processes, once the sweep is sound
 
-    runner = SweepRunner(sweep, study, storage, folder, args.trials, args.jobs, args.seeds)
+    runner = SweepRunner(
+        sweep, study, storage, folder, args.trials, args.jobs, args.seeds, runs_dir=args.runs_dir, slots=args.slots
+    )
     try:
         return finish(runner, runner.run())
     except KeyboardInterrupt:  # a second Ctrl-C: the runs stop themselves, the next sweep requeues them

@@ -152,11 +152,20 @@ class TrialCurve:
         return [(point, mean, int(step))]
 
     def value(self, mode: str, direction: str) -> float | None:
-        """The objective: the mean over seeds of the metric when training ended (`final`), or the
-        best reported point (`best`); None when a seed never had a value."""
+        """The objective: the mean over seeds of the metric when training ended (`final`), the
+        best reported point (`best`), or the mean over every report point 1..reports (`mean`: the
+        area under the learning curve, a point an update skipped taking the value reported before
+        it, points before the first report the first value); None when a seed never had a value."""
         if mode == "best" and self.reported:
             pick = max if direction == "maximize" else min
             return pick(self.reported.values())
+        if mode == "mean" and self.reported:
+            held = self.reported[min(self.reported)]
+            total = 0.0
+            for point in range(1, self.reports + 1):
+                held = self.reported.get(point, held)
+                total += held
+            return total / self.reports
         if any(value is None for value in self.last_values):
             return None
         return sum(self.last_values) / self.seeds

@@ -1,8 +1,10 @@
 """The sweep's loop: ask the study for trials, train `--jobs` of them at once (each seed of a
 trial in its own process, the CPU cores shared out as torch threads), report each update's metric
-to the pruner, and tell the study how each trial ended.
+to the pruner, and tell the study how each trial ended. A trial takes one slot per seed from the
+runs folder's run queue (trainer/run/run_queue.py) before it starts, so the sweep, other sweeps
+and a studio on the same runs folder never train more runs at once than `--slots`.
 
-    runner = SweepRunner(sweep, study, storage, folder, target=40, jobs=2, seeds=1)
+    runner = SweepRunner(sweep, study, storage, folder, target=40, jobs=2, seeds=1, runs_dir="runs")
     runner.run()     # "done", or "stopped" after Ctrl-C / SIGTERM (the running trials requeued)
 
 Its lines, one per event of a trial: started, pruned at step N, finished with its value, failed
@@ -23,6 +25,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 
 from trainer.config.checks import ConfigError
 from trainer.run.layout import trial_run_path
+from trainer.run.run_queue import SWEEP, RunQueue
+from trainer.run.status import queued_text
 from trainer.sweep import study as book
 from trainer.sweep.objective import TrialCurve, run_trial_seed
 from trainer.sweep.space import Sweep
@@ -45,10 +49,22 @@ class ActiveTrial:
     errors: list = field(default_factory=list)
     told: bool = False  # the study knows how it ended (pruned), or another worker took it over
     started: float = field(default_factory=time.monotonic)
+    slot: str | None = None  # its entry in the run queue, released when its runs have ended
 
 
 class SweepRunner:
-    def __init__(self, sweep: Sweep, study: Any, storage: Any, folder: Path, target: int, jobs: int, seeds: int):
+    def __init__(
+        self,
+        sweep: Sweep,
+        study: Any,
+        storage: Any,
+        folder: Path,
+        target: int,
+        jobs: int,
+        seeds: int,
+        runs_dir: str | Path = "runs",
+        slots: int | None = None,
+    ):
         self.sweep, self.study, self.storage, self.folder = sweep, study, storage, folder
         self.target, self.jobs, self.seeds = target, jobs, seeds
         self.context = multiprocessing.get_context(START_METHOD)
@@ -62,7 +78,11 @@ class SweepRunner:
         from envs.cores import available_cores
 
         self.cores = available_cores()
-        self.threads = max(1, self.cores // (jobs * seeds))  # each run's share of the cores
+        self.queue = RunQueue(runs_dir, slots)  # shared with the studio and other sweeps on runs_dir
+        # each run's share of the cores: of the runs this sweep trains at once
+        self.threads = max(1, self.cores // min(jobs * seeds, max(seeds, self.queue.slots)))
+        self.ticket: str | None = None  # the next trial's entry in the run queue (waiting, or admitted)
+        self.place: int | None = None  # its place in line, as last printed
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -80,17 +100,45 @@ class SweepRunner:
             )
             while True:
                 while not self.stopping and self.wanted and len(self.active) < self.jobs:
-                    self.wanted = book.more_wanted(self.study, self.target) and self._start_next()
-                if not self.active and not (self.wanted or self.stopping) and self._requeue_orphans(settle=True):
-                    continue  # a trial asked by a worker that died before it claimed it: run it here
-                if not self.active:
+                    self.wanted = book.more_wanted(self.study, self.target)
+                    if not self.wanted or not self._take_slot():
+                        break  # queued: it asks again on the next turn
+                    self.wanted = self._start_next()
+                if self.ticket is not None and (self.stopping or not self.wanted):
+                    self._leave_queue()
+                queued = self.ticket is not None
+                if not self.active and not queued and not (self.wanted or self.stopping):
+                    if self._requeue_orphans(settle=True):
+                        continue  # a trial asked by a worker that died before it claimed it: run it here
+                if not self.active and not queued:
                     return "stopped" if self.stopping else "done"
                 self._pump(timeout=0.2)
                 self._reap()
                 self._heartbeat()
         finally:
+            self._leave_queue()
             for number, handler in previous.items():
                 signal.signal(number, handler)
+
+    def _take_slot(self) -> bool:
+        """The next trial's slots (one per seed) from the run queue: True once it holds them; else it
+        waits in line, and says so when its place changes."""
+        if self.ticket is None:
+            self.ticket = self.queue.join(f"sweep {self.study.study_name}", self.seeds, SWEEP)
+        if self.queue.admit(self.ticket):
+            self.place = None
+            return True
+        place = self.queue.place(self.ticket)
+        if place != self.place:
+            self.place = place
+            taken = f"{self.queue.busy()} of {self.queue.slots} slots taken (--slots)"
+            print(f"next trial {queued_text(place)}: {taken}", flush=True)
+        return False
+
+    def _leave_queue(self) -> None:
+        if self.ticket is not None:
+            self.queue.release(self.ticket)
+            self.ticket = self.place = None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.stopping and signum == signal.SIGINT:
@@ -106,7 +154,7 @@ class SweepRunner:
             return False
         trial = self.study.ask()
         retry_of = trial.user_attrs.get("retry_of")
-        if retry_of is None and book.is_surplus(self.study, trial.number, self.target):
+        if retry_of is None and book.is_surplus(self.study, trial.number, self.target):  # its slot stays for the next
             self.storage.set_trial_system_attr(
                 book.trial_id(self.study, self.storage, trial.number), book.SURPLUS, True
             )
@@ -158,6 +206,8 @@ class SweepRunner:
             active.processes.append(process)
             active.acked.append(acked)
             active.steps.append(0)
+        self.queue.hand_over(self.ticket, [process.pid for process in active.processes])
+        active.slot, self.ticket = self.ticket, None  # held by the trial's runs while any of them lives
         self.active[trial.number] = active
         if self.stopping:  # the signal came while it started
             active.stop.set()
@@ -232,6 +282,8 @@ class SweepRunner:
             for process in active.processes:
                 process.join()
             del self.active[number]
+            if active.slot is not None:
+                self.queue.release(active.slot)
             if not active.told:
                 try:
                     self._tell(active)

@@ -33,7 +33,9 @@ from trainer.sweep.search import PRUNERS, SAMPLERS, Choice, read_choice
 
 SECTIONS = ("base", "objective", "budget", "space", "pruner", "sampler")
 DIRECTIONS = ("maximize", "minimize")
-MODES = ("final", "best")  # the metric at the end of training, or the best of the trial's reports
+# The metric at the end of training, the best of the trial's reports, or the mean of its reports
+# (the area under its learning curve: rewards learning fast, not only ending well).
+MODES = ("final", "best", "mean")
 BUDGET_KEYS = ("total_timesteps",)
 NOT_SWEPT = {"total_timesteps": "it is the budget: set it under budget", "seed": "give --seeds K instead"}
 
@@ -179,8 +181,9 @@ def _objective(raw: Any, problems: list[str]) -> Objective:
     mode = raw.get("mode", Objective.mode)
     if mode not in MODES:
         problems.append(
-            f"objective.mode must be final (the metric when training ends) or best (the best of the "
-            f"trial's reports), got {short_repr(mode)}.{did_you_mean(mode, MODES)}"
+            f"objective.mode must be final (the metric when training ends), best (the best of the "
+            f"trial's reports) or mean (the mean of its reports: how fast it learns), got "
+            f"{short_repr(mode)}.{did_you_mean(mode, MODES)}"
         )
     return Objective(str(metric), str(direction or "maximize"), str(mode))
 
