@@ -36,6 +36,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.studio_overhead import CHROMIUM_ARGS, REWARD_POINTS, start_studio  # noqa: E402
+from trainer.run.events import read_events  # noqa: E402
+from trainer.run.layout import events_path  # noqa: E402
 
 GIF_SHOWN = """() => { const image = document.querySelector('#rollout-gif img');
                       return Boolean(image && image.src.includes('.gif') && image.complete && image.naturalWidth); }"""
@@ -66,9 +68,8 @@ def settle(process: psutil.Process, window: float = 3.0, most: float = 90.0) -> 
 
 def first_gif_written(runs_dir: Path) -> float | None:
     """time.time() the trainer wrote its first rollout GIF (its gif event), None before."""
-    for events_file in runs_dir.glob("*/metrics.jsonl"):
-        for line in events_file.read_text().splitlines():
-            event = json.loads(line)
+    for run_dir in runs_dir.iterdir():
+        for event in read_events(events_path(run_dir)):
             if event.get("type") == "gif":
                 return float(event["time"])
     return None

@@ -221,8 +221,6 @@ def wire_form(handlers: FormHandlers, form: FormPanel, run_box: gr.Textbox, mess
         form_inputs,
         form.batch_info,
         trigger_mode="always_last",
-        concurrency_limit=1,
-        concurrency_id="batch-note",
         show_progress="hidden",
         **PRIVATE,
     )

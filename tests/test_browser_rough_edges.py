@@ -101,7 +101,7 @@ def test_the_batch_note_matches_the_form_after_a_reload(studio):
     page = open_page(browser, server, 1400)
     for _ in range(2):  # the first load, then a reload
         page.wait_for_function("() => document.querySelector('#field-num-envs input')?.value === '256'")
-        page.locator(NOTE, has_text="16 minibatches of 512").wait_for()
+        page.locator(NOTE, has_text="256 × 32 = 8,192").wait_for()  # the run's numbers, not the page's defaults
         time.sleep(2)  # no late, stale redraw replaces it
         note = note_text(page)
         assert "256 × 32 = 8,192" in note and "16 minibatches of 512" in note, note

@@ -72,6 +72,7 @@ NOT_RUN = {
         "pip install -r requirements.txt -r benchmarks/requirements.txt",
     ): "the benchmarks, minutes each",
     ("docs/studio.md", "python benchmarks/studio_overhead.py --repeats 3"): "the benchmarks, minutes each",
+    ("docs/sweeps.md", "python -m benchmarks.sweep_savings"): "a 30-trial sweep and six checking runs, minutes",
     ("docs/sweeps.md", 'python -m pip install "optuna>=4"'): (
         "a sweep of 40 trainings, minutes; tests/test_sweep.py runs small ones"
     ),
@@ -117,7 +118,7 @@ def code_blocks(page: str) -> list[Block]:
 def copy_checkout(destination: Path) -> Path:
     """The checkout's files as a newcomer's clone has them: no git, runs, builds or caches."""
     ignore = shutil.ignore_patterns(
-        ".git", "runs", "build", "site", ".venv", "__pycache__", "*.egg-info", ".pytest_cache", "results"
+        ".git", "runs", "build", "site", ".venv", "__pycache__", "*.egg-info", ".pytest_cache"
     )
     shutil.copytree(ROOT, destination, ignore=ignore)
     return destination

@@ -1,7 +1,7 @@
 """An idle studio does next to no work, and the live view's picture says how old it is.
 
 No page polls while no run trains (the Train tab's timer is off, and turns itself off when its
-run ends); Gradio's queue looks for events every 20 ms instead of every millisecond; the caption
+run ends); Gradio's queue looks for events every 50 ms instead of every millisecond; the caption
 under the rollout GIF states its age while the run trains. Measured: `python -m benchmarks --only
 studio_latency` (idle CPU, cold start, Start to first picture).
 """
