@@ -24,6 +24,7 @@ from studio.charts import MAX_SMOOTHING, ChartOptions, CurveSource, diagnostics_
 from studio.handlers import DOWNLOAD_KINDS, Handlers, changed_value
 from studio.runs import RunSnapshot
 from studio.snapshot import GifInfo
+from trainer.config.metrics import csv_columns
 from trainer.run.layout import CONFIG_FILE, METRICS_CSV_FILE
 
 FILES_SECONDS = 15.0  # while a run trains, refresh its download buttons at most this often
@@ -267,12 +268,8 @@ def age_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds // 60:.0f} min"
 
 
-# One PPO update's metrics, made up: what a run's first chart draws.
-_WARM_UP_METRICS = dict.fromkeys(
-    ("elapsed", "fps", "episode_return_mean", "episode_length_mean", "episode_score_mean", "recent_return_mean")
-    + ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance"),
-    1.0,
-)
+# One update's metrics, made up (every column of metrics.csv at 1.0): what a run's first chart draws.
+_WARM_UP_METRICS = dict.fromkeys(csv_columns(), 1.0)
 
 
 def warm_charts_in_background() -> threading.Thread:

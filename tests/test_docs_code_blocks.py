@@ -44,7 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(page.relative_to(ROOT)) for page in (ROOT / "docs").glob("*.md"))]
 RUN = ("python", "bash")
 SHOWN = ("yaml", "text", "pyi")
-SLOW_PAGES = ("docs/development.md",)  # builds the whole site, as tests/test_docs.py does in the default run
+# development.md builds the whole site (tests/test_docs.py does in the default run); the others train
+# for minutes on a small machine: `python -m pytest -m slow tests/test_docs_code_blocks.py` runs them.
+SLOW_PAGES = ("docs/development.md", "docs/trainer.md", "docs/algorithms.md", "docs/deploy_game.md")
 
 # Every block not run, by page and first line, with the reason its page gives.
 NOT_RUN = {
