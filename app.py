@@ -207,6 +207,18 @@ class _NoGradioStubWriting(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _NoIPython(importlib.abc.MetaPathFinder):
+    """Gradio imports IPython where it is installed, for notebook magics and to ask whether it runs
+    in a notebook (`python app.py` never does): a sixth of its import time, and more at launch.
+    In the studio's process `import IPython` fails as if IPython were not installed; Gradio expects
+    that (it catches the ImportError)."""
+
+    def find_spec(self, name, path, target=None):
+        if name == "IPython" or name.startswith("IPython."):
+            raise ModuleNotFoundError(f"No module named {name!r} (not imported by the studio)", name=name)
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -229,8 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     # asked to stop and save their models before the studio exits.
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
 
-    if "gradio" not in sys.modules:  # a cold start: about a third faster (see _NoGradioStubWriting)
+    if "gradio" not in sys.modules:  # a cold start: about half as long (see the two finders)
         sys.meta_path.insert(0, _NoGradioStubWriting())
+        if "IPython" not in sys.modules:
+            sys.meta_path.insert(0, _NoIPython())
     # The studio's own temp folder (removed at exit) holds Gradio's uploads too: pointed there
     # before gradio is imported, since some of its routes read GRADIO_TEMP_DIR at import.
     from studio.scratch import ScratchFolder

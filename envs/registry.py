@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import TYPE_CHECKING
 
-import torch
-
-from envs.base import VecEnv
 from envs.errors import EnvConfigError, UnknownEnvError
 from envs.names import did_you_mean
+
+if TYPE_CHECKING:  # names are resolved without torch: the studio's page answers before torch is imported
+    import torch
+
+    from envs.base import VecEnv
 
 GYM_PREFIX = "gym:"
 

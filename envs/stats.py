@@ -3,6 +3,11 @@
 `EpisodeStats` keeps the running return / length / score of every env and the totals of the
 episodes that finished, all on the device, so that stepping never waits for the host. The
 trainer calls `drain()` once per update: one host sync, one `EpisodeSummary`.
+
+An actor that ships its finished episodes elsewhere calls `keep_finished()` once, then
+`take_finished()` for the (E, 3) episodes since the last take; the learner that receives them
+folds them into its own statistics with `add_finished()`, so its summaries count them as if its
+env had played them.
 """
 
 from __future__ import annotations
@@ -71,6 +76,9 @@ class EpisodeStats:
         self._recent_written = torch.zeros((), dtype=torch.int64, device=self.device)
         self._newest_first = torch.arange(history, device=self.device)
         self._scratch_slot = torch.tensor(history, device=self.device)
+        # Copies of the step log's blocks since the last `take_finished` (None: nobody takes them;
+        # a list, not a tensor attribute, so that checkpoints skip it).
+        self._kept: list[Tensor] | None = None
 
     @property
     def running_return(self) -> Tensor:
@@ -130,6 +138,13 @@ class EpisodeStats:
         if finished is None:
             return
         self._last_finished.copy_(last_row)  # one op per flush, so that `finished` survives it
+        if self._kept is not None:
+            self._kept.append(finished.clone())  # before the fold below uses the log as scratch
+        self._fold(finished)
+
+    def _fold(self, finished: Tensor) -> None:
+        """Fold a (3, steps, N) block of finished episodes (length 0: none) into the totals, the
+        maxima and the recent window; the block is scratch afterwards."""
         # Sums per env first (a few episodes each: exact for whole numbers), then over envs.
         self._episode_sums.add_(finished.sum(dim=1).sum(dim=1, dtype=torch.float64))
         finished = finished.flatten(1)  # (3, steps * N): step by step, env by env
@@ -156,6 +171,41 @@ class EpisodeStats:
         slots = torch.where(used, episode_numbers.remainder_(self.history), self._scratch_slot)
         self._recent[:, slots] = finished[:, positions]
         self._recent_written.add_(count)
+
+    def keep_finished(self) -> None:
+        """From now on keep the episodes that finish for `take_finished` (a copy of the step log
+        per fold; nothing is kept until this is called). Calling it again changes nothing."""
+        if self._kept is None:
+            self.flush()  # the steps logged so far finished before keeping began
+            self._kept = []
+
+    def take_finished(self) -> Tensor:
+        """(E, 3) float32 return, length and score of the episodes finished since the last take
+        (or since `keep_finished`), in the order they ended (step by step, env by env); one host
+        sync. They still count in `drain`'s summaries."""
+        if self._kept is None:
+            raise RuntimeError("EpisodeStats.take_finished() needs keep_finished() first")
+        self.flush()
+        if not self._kept:
+            return torch.zeros(0, 3, device=self.device)
+        blocks, self._kept = self._kept, []
+        finished = torch.cat(blocks, dim=1).flatten(1)  # (3, steps * N): step by step, env by env
+        return finished[:, finished[1] > 0].t().contiguous()
+
+    def add_finished(self, episodes: Tensor) -> None:
+        """Count (E, 3) return, length, score of episodes played elsewhere (an actor's, from
+        `take_finished`) as finished here, after the ones this env has logged so far; the
+        episodes in progress and `finished` stay this env's own."""
+        if episodes.ndim != 2 or episodes.shape[1] != 3:
+            raise ValueError(
+                f"add_finished takes an (E, 3) tensor of return, length, score; got {tuple(episodes.shape)}"
+            )
+        if episodes.shape[0] == 0:
+            return
+        self.flush()
+        block = episodes.to(device=self.device, dtype=torch.float32).t().unsqueeze(1).clone()  # (3, 1, E)
+        block[1].clamp_(min=1.0)  # an episode lasts a step at least: length 0 would read as no episode
+        self._fold(block)
 
     def drain(self) -> EpisodeSummary:
         """Summarise the episodes finished since the last drain (one host sync) and restart."""

@@ -23,6 +23,7 @@ from studio import views
 from studio.charts import MAX_SMOOTHING, ChartOptions, CurveSource, diagnostics_figure, reward_figure
 from studio.handlers import DOWNLOAD_KINDS, Handlers, changed_value
 from studio.runs import RunSnapshot
+from studio.score import game_score
 from studio.snapshot import GifInfo
 from trainer.config.metrics import csv_columns
 from trainer.run.layout import CONFIG_FILE, METRICS_CSV_FILE
@@ -76,17 +77,22 @@ class RunViewHandlers(Handlers):
             or viewed.get("charts_runs") != shown_ids
             or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
         )
-        charts_changed = due and changed("charts", chart_key)
+        # The newest rollout, as soon as its gif event is read (each tick reads only what the run's
+        # event file gained). The browser draws a response as a whole, and plotly charts take it
+        # seconds on a small busy machine: a new picture of a training run goes out without them
+        # (`viewed["picture_only"]`), and the charts follow on the next tick.
+        gif = run.latest_gif
+        gif_path = self._file(gif.path) if gif else None
+        new_picture = changed("gif", (run.run_id, gif_path))
+        viewed["picture_only"] = new_picture and run.is_active and gif_path is not None
+        charts_changed = due and not viewed["picture_only"] and changed("charts", chart_key)
         if charts_changed:
             viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids
         updates: list = [views.status_html(run)]
         updates.append(plot_data(reward_figure(curves, **chart.kwargs())) if charts_changed else gr.skip())
 
-        # The newest rollout, as soon as its gif event is read (each tick reads only what the run's
-        # event file gained); its caption says how old it is, so it is redrawn when that changes.
-        gif = run.latest_gif
-        gif_path = self._file(gif.path) if gif else None
-        updates.append(gr.Image(value=gif_path) if changed("gif", (run.run_id, gif_path)) else gr.skip())
+        # The caption says how old the picture is, so it is redrawn when that changes.
+        updates.append(gr.Image(value=gif_path) if new_picture else gr.skip())
         caption = rollout_caption_html(gif if gif_path else None, run)
         updates.append(caption if changed("gif_caption", caption) else gr.skip())
         if with_log:  # re-rendering the log box is the next cost: at the charts' pace too
@@ -272,17 +278,19 @@ def age_text(seconds: float) -> str:
 _WARM_UP_METRICS = dict.fromkeys(csv_columns(), 1.0)
 
 
-def warm_charts_in_background() -> threading.Thread:
-    """Draw each kind of chart once, with made-up points, in a background thread: their first
-    drawing imports plotly's templates and subplots (seconds on a small machine), which would
-    otherwise hold up a run's first tick, and with it the first picture on the page. The studio
-    calls it once its page answers."""
+def warm_in_background() -> threading.Thread:
+    """What a run's first tick needs, done once in a background thread after the page answers:
+    each kind of chart drawn with made-up points (their first drawing imports plotly's templates
+    and subplots, seconds on a small machine), then the games' classes for their score units
+    (`game_score`: torch, seconds more). Without it the first run's first tick waits for both, and
+    with it the first picture on the page (measured: 7 s later)."""
 
     def draw() -> None:
         curves = [CurveSource("warm-up", [{**_WARM_UP_METRICS, "step": step} for step in (1, 2)], "flappy_bird")]
         reward_figure(curves)
         diagnostics_figure(curves)
+        game_score("cartpole")
 
-    thread = threading.Thread(target=draw, name="warm-charts", daemon=True)
+    thread = threading.Thread(target=draw, name="warm-up", daemon=True)
     thread.start()
     return thread

@@ -45,6 +45,7 @@ from studio.trainer_process import (
     TrainerTarget,
     WorkerJoin,
     launcher_shape,
+    start_fork_server,
     stoppable_trainer,
     trainer_context,
 )
@@ -69,10 +70,13 @@ class RunManager(QueueingRuns):
         cluster_host: str = "127.0.0.1",
         cluster_port: int = DEFAULT_PORT,
         slots: int | None = None,
+        start_fork_server_now: bool = True,
     ):
         """max_concurrent_runs: runs this studio holds at once, training or queued (one more is
         refused); slots: runs that train at once in the runs folder, the studio's and any sweep's
-        (trainer/run/run_queue.py; None: one per GPU, else per usable CPU core)."""
+        (trainer/run/run_queue.py; None: one per GPU, else per usable CPU core);
+        start_fork_server_now=False: the trainers' fork server (seconds of CPU importing torch)
+        starts at `start_fork_server()` or the first run, e.g. once the page answers."""
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs must be at least 1, got {max_concurrent_runs}")
         self.runs_dir = Path(runs_dir).expanduser().resolve()
@@ -82,7 +86,8 @@ class RunManager(QueueingRuns):
         # Where a run that accepts workers listens: loopback unless the studio's owner opens it.
         self.cluster_host, self.cluster_port = cluster_host, cluster_port
         self._target = target
-        self._context = trainer_context(start_method)
+        self._start_method = start_method
+        self._context = trainer_context(start_method, start_now=start_fork_server_now)
         self._lock = threading.RLock()
         self._active: dict[str, ActiveRun] = {}  # runs whose trainer this studio started
         self._followers: dict[str, RunFollower] = {}  # every run looked at so far
@@ -99,6 +104,10 @@ class RunManager(QueueingRuns):
         return path
 
     # ---- lifecycle
+
+    def start_fork_server(self) -> None:
+        """Start the trainers' fork server now (see __init__'s start_fork_server_now)."""
+        start_fork_server(self._start_method)
 
     def start(self, config: dict) -> RunState:
         """Create a run folder for `config` (already validated) and start its trainer."""

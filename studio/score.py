@@ -64,15 +64,6 @@ def game_score(env_name: str | None) -> GameScore:
         return GameScore(None)
 
 
-def preload_in_background() -> None:
-    """Import what `game_score` needs (the games' classes, so torch: seconds, more on a busy
-    machine) in a daemon thread when the studio starts, so the first view of a run after Start
-    does not wait for it: measured, the first rollout GIF reached the page 7 s later without this."""
-    import threading
-
-    threading.Thread(target=game_score, args=("cartpole",), name="preload-games", daemon=True).start()
-
-
 def format_number(value: float | None, digits: int = 1) -> str:
     """1234567 -> '1,234,567', 52.25 -> '52.2' (digits below 1,000); None -> '–'."""
     if value is None:

@@ -34,7 +34,10 @@ class TrainTab(FormHandlers, RunViewHandlers):
         can_stop = active and run.status != "stopping"
         stop_button = gr.Button(interactive=can_stop) if changed_value(viewed, "can_stop", can_stop) else gr.skip()
         samples = self.monitor.sample()  # a new reading at most every few seconds, shared by all tabs
-        new_sample = bool(samples) and changed_value(viewed, "usage_at", samples[-1].time)
+        # A tick that carries a new picture leaves the charts, this one too, to the next (render_run)
+        new_sample = (
+            bool(samples) and not viewed.get("picture_only") and changed_value(viewed, "usage_at", samples[-1].time)
+        )
         usage = plot_data(system_figure(samples)) if new_sample else gr.skip()
         timer = gr.skip() if active else gr.Timer(active=False)
         return (*updates, usage, stop_button, self.nodes_update(run, viewed), timer, viewed)

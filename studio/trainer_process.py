@@ -32,16 +32,25 @@ TRAINER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_s
 TRAINER_PRELOAD = ["trainer.cluster.process", "trainer.run.loop"]
 
 
-def trainer_context(start_method: str = TRAINER_START_METHOD):
-    """The multiprocessing context trainers start from; a fork server is started now, so that it
-    has imported TRAINER_PRELOAD by the time someone presses Start."""
+def trainer_context(start_method: str = TRAINER_START_METHOD, start_now: bool = True):
+    """The multiprocessing context trainers start from; a fork server is started now (or, with
+    start_now=False, by `start_fork_server` or the first run), so that it has imported
+    TRAINER_PRELOAD by the time someone presses Start."""
     context = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
         context.set_forkserver_preload(TRAINER_PRELOAD)
+        if start_now:
+            start_fork_server(start_method)
+    return context
+
+
+def start_fork_server(start_method: str = TRAINER_START_METHOD) -> None:
+    """Start the fork server (it imports the trainer, torch included, in its own process); a
+    no-op once it runs, and where trainers are spawned."""
+    if start_method == "forkserver":
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()  # the server imports the trainer now, in its own process
-    return context
+        forkserver.ensure_running()
 
 
 def default_target() -> TrainerTarget:

@@ -16,7 +16,7 @@ from studio.evaluate_tab import build_evaluate_tab, wire_evaluate_tab
 from studio.form import FORM_FIELDS, form_values, tuned_config
 from studio.handlers import DEFAULT_ENV, PRIVATE
 from studio.http_api import register_api
-from studio.run_view import warm_charts_in_background
+from studio.run_view import warm_in_background
 from studio.runs import RunManager
 from studio.runs_layout import build_runs_tab
 from studio.runs_tab import wire_runs_tab
@@ -207,13 +207,11 @@ def launch(
         allow_custom_envs=allow_custom_envs,
         cluster_host=cluster_host,
         cluster_port=cluster_port,
+        start_fork_server_now=False,  # after the page answers: its imports (torch) would slow the page's
     )
     demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds, scratch=scratch)
     demo.queue(default_concurrency_limit=4)
     quiet_when_idle(demo)
-    from studio.score import preload_in_background
-
-    preload_in_background()
     try:
         options = launch_options(host, port, auth, [str(manager.runs_dir)], max_upload_size)
         from studio.metrics import metrics_route  # GET /metrics (Prometheus), same --auth as the page
@@ -222,8 +220,11 @@ def launch(
         # quiet: Gradio's own start lines end with "To create a public link, set `share=True`",
         # advice that is wrong here (a share link would expose the studio to the internet).
         demo.launch(quiet=True, prevent_thread_lock=True, **options)
-        warm_charts_in_background()  # the first run's first tick then draws at once
         print(startup_line(demo.local_url, manager.runs_dir), flush=True)
+        # Once the page answers (torch is not imported before): what the first run needs, so that
+        # pressing Start does not wait for it.
+        manager.start_fork_server()
+        warm_in_background()
         demo.block_thread()
     finally:
         manager.shutdown()

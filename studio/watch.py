@@ -153,7 +153,8 @@ class LivePlayer:
             fps=self.fps,
         )
         with torch.no_grad():
-            action = self.model.predict(self.obs, deterministic=True)[0]
+            masks = self.env.action_masks()  # Snake's forbidden moves (None for games without any)
+            action = self.model.predict(self.obs, deterministic=True, action_masks=masks)[0]
             self.obs, reward, terminated, truncated, _ = self.env.step(torch.as_tensor(action))
         self.episode_return += float(reward[0])
         if bool((terminated | truncated)[0]):

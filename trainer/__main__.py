@@ -7,6 +7,7 @@
     python -m trainer serve runs/<run_id> [--host 127.0.0.1] [--port 8000] [--api-key KEY]
     python -m trainer --config configs/cartpole.yaml --nproc 2      (torch's elastic launcher)
     python -m trainer master --config cluster.yaml / worker --master HOST:54321  (docs/cluster.md)
+    python -m trainer --config impala.yaml --actors 2     (a learner and 2 actors: docs/cluster.md)
     python -m trainer sweep --space sweep.yaml --trials 40 --jobs 2  (Optuna, docs/sweeps.md)
     torchrun --nproc_per_node 2 -m trainer --config configs/cartpole.yaml
 
@@ -76,6 +77,12 @@ def build_train_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="training processes on this machine, started through torch's elastic launcher (default: nproc_per_node)",
+    )
+    parser.add_argument(
+        "--actors",
+        type=int,
+        default=0,
+        help="algo impala / appo: a learner and this many actor processes on this machine (docs/cluster.md)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     parser.add_argument(
@@ -249,6 +256,16 @@ def train_command(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
 
+    if args.actors:  # a learner and actor processes: trainer/cluster/learner.py
+        from trainer.cluster.learner import launch_actor_learner_here
+
+        try:
+            if args.actors < 0:
+                raise ConfigError(f"--actors must be 0 or more, got {args.actors}")
+            return launch_actor_learner_here(config, args, args.actors)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USAGE
     from trainer.cluster.launch import launch_here, launched_by_elastic, ranks_wanted
 
     if ranks_wanted(config, args.nproc) > 1 and not launched_by_elastic():

@@ -145,11 +145,20 @@ class Model:
         episode_start: Any = None,
         deterministic: bool = False,
         action_masks: Any = None,
-    ) -> tuple[Any, None]:
-        """Actions for one observation or a batch, as numpy (SB3's signature and default:
+    ) -> tuple[Any, Any]:
+        """(actions, state) for one observation or a batch, as numpy (SB3's signature and default:
         sampled unless deterministic=True). `action_masks` (sb3-contrib's MaskablePPO keyword):
-        bools (n,) or (B, n), True where the action is allowed; others are never chosen."""
+        bools (n,) or (B, n), True where the action is allowed; others are never chosen.
+
+        A recurrent model (`model_type: ppo-lstm`) answers as sb3-contrib's RecurrentPPO: `state`
+        is None at the start (or what the last call returned: (h, c), each (1, B, size)) and comes
+        back updated; `episode_start` (B booleans) zeroes it where an episode starts. Any other
+        model returns `state` as it was given."""
         session = self._live_session()
+        if session.policy.recurrent:
+            return session.policy.predict(
+                obs, state=state, episode_start=episode_start, deterministic=deterministic, action_masks=action_masks
+            )
         acting = TrainedModel(
             session.policy,
             {
@@ -159,7 +168,7 @@ class Model:
             },
             session.device,
         )
-        return acting.predict(obs, deterministic=deterministic, action_masks=action_masks)
+        return acting.predict(obs, deterministic=deterministic, action_masks=action_masks)[0], state
 
     # -- saving and loading ---------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor, nn
 
+    from trainer.algos.experience import ExperienceSource
     from trainer.config.keys import TrainConfig
 
 
@@ -53,6 +54,7 @@ class Setup:
     reduce_sum: Callable[[Tensor], None] = _on_one_process  # sum over ranks in place (statistics)
     broadcast: Callable[[nn.Module], None] | None = None  # rank 0's weights into this rank's module
     log: Callable[[str], None] = print  # a line in the run's log (the loop's: train.log, the studio)
+    experience: ExperienceSource | None = None  # actors' batches (an actor-learner run); None: collect from env
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ of the statistics at the end of an update (plus one per epoch when `target_kl` i
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from collections.abc import Callable
 
@@ -52,8 +53,10 @@ from trainer.algos.ppo_settings import (
 from trainer.algos.rollout import RolloutBuffer, collect_rollout, score_rollout
 from trainer.nets.build import build_policy
 from trainer.nets.normalization import RewardScaler
+from trainer.nets.spec import is_recurrent
 
 UPDATE_STAT_NAMES = PPO_MEAN_METRICS  # declared in ppo_settings.py, in the order stacked below
+RECURRENT_FORM = "trainer.algos.recurrent_ppo:recurrent_form"  # PPO / A2C with a recurrent policy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +70,15 @@ class PPO(Algorithm):
     keys = PPOKeys
     metric_names = PPO_METRICS
     unclipped = False
+    recurrent = False
+
+    def __new__(cls, setup: Setup):
+        """A recurrent network (`model_type: ppo-lstm`) learns from whole sequences: PPO and A2C
+        then build their recurrent form (trainer/algos/recurrent_ppo.py), the same loss."""
+        if not cls.recurrent and is_recurrent(setup.policy_spec):
+            module, _, name = RECURRENT_FORM.partition(":")  # by path, as the registry's: it imports this module
+            cls = getattr(importlib.import_module(module), name)(cls)
+        return super().__new__(cls)
 
     def __init__(self, setup: Setup):
         super().__init__(setup)
@@ -99,12 +111,16 @@ class PPO(Algorithm):
         advantages, returns = compute_gae(
             buffer.rewards, buffer.values, buffer.dones, last_value, setup.config.gamma, self.settings.gae_lambda
         )
-        if policy.obs_normalizer is not None:
-            policy.obs_normalizer.commit(setup.reduce_sum)
-        if self.reward_scaler is not None:
-            self.reward_scaler.return_stats.commit(setup.reduce_sum)
+        self.commit_statistics()
         self.batch = buffer.flatten(advantages, returns)
         return obs
+
+    def commit_statistics(self) -> None:
+        """After a rollout: norm_obs's and norm_reward's statistics take in what it saw (all ranks)."""
+        if self.policy.obs_normalizer is not None:
+            self.policy.obs_normalizer.commit(self.setup.reduce_sum)
+        if self.reward_scaler is not None:
+            self.reward_scaler.return_stats.commit(self.setup.reduce_sum)
 
     def update(self, progress: Progress) -> dict:
         return ppo_update(
@@ -226,12 +242,15 @@ def ppo_update(
         epochs_taken += 1
         if settings.target_kl is not None and epoch_ratio_stats[0].item() > settings.target_kl:
             break
-    # One host sync for all statistics.
+    return update_statistics(loss_totals / steps_taken, ratio_totals / epochs_taken, batch, steps_taken)
+
+
+def update_statistics(losses: Tensor, ratios: Tensor, batch: UpdateBatch, steps_taken: int) -> dict[str, float]:
+    """An update's metrics from its mean losses and ratio statistics, the explained variance of
+    the rollout's `returns` by its `values`, and its gradient steps: one host sync for all."""
     return_variance = batch.returns.var()
     residual_variance = (batch.returns - batch.values).var()
-    host = torch.cat(
-        (loss_totals / steps_taken, ratio_totals / epochs_taken, torch.stack((return_variance, residual_variance)))
-    ).tolist()
+    host = torch.cat((losses, ratios, torch.stack((return_variance, residual_variance)))).tolist()
     result: dict[str, float | None] = dict(zip(UPDATE_STAT_NAMES, host[:-2]))
     result["explained_variance"] = explained_variance(host[-2], host[-1])
     result["gradient_steps"] = steps_taken
@@ -276,6 +295,21 @@ def ppo_loss(
     prioritised-replay importance weights, or None.
     """
     new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions, batch.action_masks)
+    return ppo_objective(new_log_prob, entropy, new_value, batch, advantages, value_weights, settings)
+
+
+def ppo_objective(
+    new_log_prob: Tensor,
+    entropy: Tensor,
+    new_value: Tensor,
+    batch: UpdateBatch,
+    advantages: Tensor,
+    value_weights: Tensor | None,
+    settings: UpdateSettings,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`ppo_loss` from the network's log pi(a|s), entropy and V(s) of the minibatch's samples
+    (shared by the recurrent update, trainer/algos/recurrent_ppo.py, which gets them from sequences);
+    `batch` gives log_probs, values and returns, flat as those."""
     log_ratio = new_log_prob - batch.log_probs
     ratio = log_ratio.exp()  # r = pi(a|s) / pi_old(a|s)
 

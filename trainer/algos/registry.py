@@ -25,7 +25,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainer.algos.dqn_settings import DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
+from trainer.algos.impala_settings import (
+    APPO_METRICS,
+    APPO_SUMMARY,
+    IMPALA_METRICS,
+    IMPALA_SUMMARY,
+    APPOKeys,
+    ImpalaKeys,
+    check_appo,
+    check_impala,
+)
 from trainer.algos.ppo_settings import A2C_SUMMARY, PPO_METRICS, PPO_SUMMARY, PPOKeys, check_a2c
+from trainer.algos.recurrent_settings import with_recurrent_check
 from trainer.algos.sac_settings import SAC_METRICS, SAC_SUMMARY, SACKeys, check_sac
 from trainer.config.algorithm_keys import forget_algorithm
 from trainer.config.declaring import declare_algorithm
@@ -116,14 +127,29 @@ def algorithm_class(name: str) -> type[Algorithm]:
     return registration(name).load()
 
 
-register("ppo", "trainer.algos.ppo:PPO", summary=PPO_SUMMARY, keys=PPOKeys, metric_names=PPO_METRICS)
-register("a2c", "trainer.algos.ppo:A2C", summary=A2C_SUMMARY, keys=PPOKeys, check=check_a2c, metric_names=PPO_METRICS)
+# with_recurrent_check: model_type ppo-lstm's relations (trainer/algos/recurrent_settings.py)
+register(
+    "ppo",
+    "trainer.algos.ppo:PPO",
+    summary=PPO_SUMMARY,
+    keys=PPOKeys,
+    check=with_recurrent_check(None),
+    metric_names=PPO_METRICS,
+)
+register(
+    "a2c",
+    "trainer.algos.ppo:A2C",
+    summary=A2C_SUMMARY,
+    keys=PPOKeys,
+    check=with_recurrent_check(check_a2c),
+    metric_names=PPO_METRICS,
+)
 register(
     "dqn",
     "trainer.algos.dqn:DQN",
     summary=DQN_SUMMARY,
     keys=DQNKeys,
-    check=check_dqn,
+    check=with_recurrent_check(check_dqn),
     metric_names=DQN_METRICS,
     replay=True,
     actions="discrete",
@@ -133,8 +159,24 @@ register(
     "trainer.algos.sac:SAC",
     summary=SAC_SUMMARY,
     keys=SACKeys,
-    check=check_sac,
+    check=with_recurrent_check(check_sac),
     metric_names=SAC_METRICS,
     replay=True,
     actions="continuous",
+)
+register(
+    "impala",
+    "trainer.algos.impala:IMPALA",
+    summary=IMPALA_SUMMARY,
+    keys=ImpalaKeys,
+    check=check_impala,
+    metric_names=IMPALA_METRICS,
+)
+register(
+    "appo",
+    "trainer.algos.impala:APPO",
+    summary=APPO_SUMMARY,
+    keys=APPOKeys,
+    check=check_appo,
+    metric_names=APPO_METRICS,
 )

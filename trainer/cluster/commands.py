@@ -4,6 +4,9 @@ argument parsers and what they do before handing this machine's ranks to the ela
 
     python -m trainer master --config cluster.yaml [--host 192.168.1.100] [--port 54321] [--token T]
     python -m trainer worker --master 192.168.1.100:54321 [--token T] [--nproc 2]
+
+With `algo: impala` or `appo` the master runs an actor-learner run instead (trainer/cluster/learner.py):
+one learner, `--actors N` local actors, and workers that join with `--role actor`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from trainer.cluster.launch import (
     run_dir_for,
     signal_name,
 )
+from trainer.cluster.learner import MODE, host_actor_learner, join_as_actor, learns_from_actors, require_actor_learner
 from trainer.cluster.nodes import (
     DEFAULT_PORT,
     connect_store,
@@ -71,6 +75,12 @@ def build_master_parser() -> argparse.ArgumentParser:
         "else a new random 128-bit one, printed)",
     )
     parser.add_argument("--nproc", type=int, help="ranks on this machine (default: nproc_per_node)")
+    parser.add_argument(
+        "--actors",
+        type=int,
+        default=0,
+        help="algo impala / appo: actor processes started on this machine beside the learner (default 0)",
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--runs-dir", default="runs", help="folder for new run directories (default: runs)")
     where.add_argument("--run-dir", help="use exactly this run directory")
@@ -101,6 +111,21 @@ def master_command(argv: list[str]) -> int:
         host = args.host or cluster.host or "127.0.0.1"
         port = args.port or cluster.port
         resolve_token(args.token, generate=False)  # a weak token is refused before anything starts
+        if args.actors < 0:
+            raise ConfigError(f"--actors must be 0 or more, got {args.actors}")
+        if args.actors or learns_from_actors(config):
+            require_actor_learner(config, "--actors")
+            return host_actor_learner(
+                config,
+                run_dir_for(config, args.resume, args.run_dir, args.runs_dir),
+                host,
+                port,
+                args.token,
+                args.actors,
+                cluster.notes,
+                allow_custom_envs=args.allow_custom_envs,
+                store_port=args.store_port,
+            )
         run_dir = run_dir_for(config, args.resume, args.run_dir, args.runs_dir)
         return host_run(
             config,
@@ -128,6 +153,13 @@ def build_worker_parser() -> argparse.ArgumentParser:
     parser.add_argument("--token", help="the run's token (default: RL_STUDIO_TOKEN)")
     parser.add_argument("--nproc", type=int, help="ranks on this machine (default: the run's nproc_per_node)")
     parser.add_argument(
+        "--role",
+        choices=("ranks", "actor"),
+        default="ranks",
+        help="ranks: training processes of a synchronous run (default); actor: play for an actor-learner "
+        "run's learner (algo impala / appo)",
+    )
+    parser.add_argument(
         "--allow-custom-envs",
         action="store_true",
         help="let the master's config import a `module:Class` env or wrappers on this machine",
@@ -137,6 +169,8 @@ def build_worker_parser() -> argparse.ArgumentParser:
 
 def worker_command(argv: list[str]) -> int:
     args = build_worker_parser().parse_args(argv)
+    if args.role == "actor":
+        return join_as_actor(args.master, args.token, args.allow_custom_envs)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
@@ -151,6 +185,8 @@ def worker_command(argv: list[str]) -> int:
             )
         node_address = local_address(host, port)
         node, run = request_admission(f"{host}:{port}", token, node_address, args.nproc or 0)
+        if run.get("mode") == MODE:
+            raise ConfigError(f"the master at {host}:{port} runs an actor-learner run: join it with --role actor")
         config = config_from_setup(
             run["config"], args.allow_custom_envs, f"the master at {host}:{port}", "--allow-custom-envs on the worker"
         )

@@ -363,6 +363,16 @@ class NodeMonitor:
         )
 
 
+def write_actor_table(run_dir: Path, master: str, actors: list[dict], learner: dict, log: list[str], finished: bool):
+    """The node table of an actor-learner run (trainer/cluster/learner_hub.py keeps it): one row per
+    actor ({"role": "actor", "actor", "host", "hostname", "steps_per_second", "policy_lag",
+    "batches", "connected_since", "lost"}) and the learner's {"queue_depth", "dropped_batches", "actors"}."""
+    if run_dir.is_dir():
+        table = {"master": master, "world_size": 1, "nodes": actors, "learner": learner, "log": log}
+        table.update(min_nodes=1, max_nodes=1, finished=finished, updated=time.time())
+        atomic_write(nodes_path(run_dir), json.dumps(table, indent=1))
+
+
 def _last_fps(metrics: Path) -> float | None:
     """The newest `fps` in metrics.jsonl (read from the end: the file grows all run long)."""
     try:

@@ -45,6 +45,7 @@ MODEL_TYPES = {
     "ppo-medium": "MLP, two hidden layers of 256",
     "ppo-large": "MLP, three hidden layers of 512, 512, 256",
     "ppo-cnn": "convolutional torso for image or grid observations, then 512 units",
+    "ppo-lstm": "recurrent: Linear 64 + tanh, an LSTM of 64 (hidden state carried through episodes; PPO / A2C)",
 }
 LR_SCALING_RULES = ("none", "sqrt", "linear")
 DISTRIBUTED_BACKENDS = ("auto", "gloo", "nccl")
@@ -289,6 +290,13 @@ class TrainConfig(AlgorithmSettings):
         "process or machine) before the run fails; each restart resumes from the last "
         "checkpoint.",
         Integer(minimum=0, maximum=10_000),
+        CLUSTER,
+    )
+    learner_queue_batches: int = key(
+        16,
+        "Actor-learner runs: actors' batches the learner keeps waiting; when it falls behind, the "
+        "oldest are dropped (and counted), so memory stays bounded.",
+        Integer(minimum=1, maximum=100_000),
         CLUSTER,
     )
     # --- what it writes --------------------------------------------------------------------

@@ -197,6 +197,21 @@ REGISTRY: tuple[Metric, ...] = (
         tensorboard="charts/buffer_size",
         prometheus=Exported("replay_buffer_transitions"),
     ),
+    update_metric(
+        "policy_lag",
+        "Learner updates between the weights that played the last update's batch and that update (0: no actors).",
+        "updates",
+        charts=(diagnostic("Policy lag", 13),),
+        csv=True,
+        prometheus=Exported("policy_lag_updates"),
+    ),
+    update_metric(
+        "queue_depth", "Batches waiting for the learner.", "batches", csv=True, prometheus=Exported("queue_depth")
+    ),
+    update_metric(
+        "dropped_batches", "Batches dropped so far.", "batches", prometheus=Exported("dropped_batches_total", "counter")
+    ),
+    update_metric("actors", "Actors connected to the learner.", "actors", csv=True, prometheus=Exported("actors")),
     Metric(
         "learning_rate",
         "Learning rate of the last update.",

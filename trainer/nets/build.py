@@ -8,12 +8,14 @@ from __future__ import annotations
 from trainer.nets.playing import PlayingNetwork
 from trainer.nets.policies import ActorCritic
 from trainer.nets.q_network import QNetwork
+from trainer.nets.recurrent import RecurrentActorCritic
 from trainer.nets.sac_actor import SquashedGaussianActor
 from trainer.nets.spec import ModelError
 
 NETWORKS: dict[str, type[PlayingNetwork]] = {
     "actor-critic": ActorCritic,
     "q": QNetwork,
+    "recurrent-actor-critic": RecurrentActorCritic,
     "squashed-gaussian": SquashedGaussianActor,
 }
 

@@ -13,6 +13,10 @@ only these:
                                                  the ONNX graph's outputs: (action, *details)
     policy.export_names(with_details)            their names: ("action", ...)
     policy.spec, policy.discrete, policy.obs_normalizer
+    policy.recurrent                             True: a state is carried from step to step
+                                                 (`RecurrentActorCritic`, trainer/nets/recurrent.py)
+    policy.play(obs, state, episode_start, deterministic, action_mask=None)
+                                                 (action, state): `act` carrying a recurrent state
 
 `action_mask` (discrete actions only): a bool tensor (batch, n), True where the action is allowed
 (trainer/nets/masks.py); a forbidden action gets probability 0. None: every action is allowed.
@@ -31,6 +35,7 @@ class PlayingNetwork(nn.Module):
     """The common part: the spec, the observation normaliser and the action bounds."""
 
     detail_names: tuple[str, ...] = ()  # the ONNX outputs after "action" (with_details)
+    recurrent: bool = False  # True: acts from a state carried between steps (trainer/nets/recurrent.py)
 
     def __init__(self, spec: dict):
         super().__init__()
@@ -61,6 +66,19 @@ class PlayingNetwork(nn.Module):
         """(action, log pi(action|obs), value estimate) for a batch of normalised observations;
         `action_mask` (keyword, discrete only): the allowed actions of each, as the module says."""
         raise NotImplementedError
+
+    def play(
+        self,
+        obs: Tensor,
+        state: Tensor | None = None,
+        episode_start: Tensor | None = None,
+        deterministic: bool = True,
+        action_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """(action, state) for a player that steps envs episode after episode (evaluation, GIFs):
+        a recurrent network continues from `state` (None: a new episode), zeroed where
+        `episode_start`; any other returns `state` as given. Normalised observations, as `act`."""
+        return self.act(obs, deterministic=deterministic, action_mask=action_mask)[0], state
 
     def exported(self, obs: Tensor, with_details: bool = False) -> tuple[Tensor, ...]:
         """The greedy action for normalised observations, then `detail_names`' tensors when asked;

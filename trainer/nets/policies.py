@@ -140,13 +140,16 @@ class ActorCritic(PlayingNetwork):
         if action_mask is not None:
             head = mask_logits(head, action_mask)
         value = self.critic(critic_input).squeeze(-1)
+        return (*self._log_prob_and_entropy(head, action), value)
+
+    def _log_prob_and_entropy(self, head: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """(log pi(action), entropy of pi) of the distribution the actor's `head` describes."""
         if self.discrete:
             log_probs = head.log_softmax(-1)
             log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
-            return log_prob, entropy, value
+            return log_prob, -(log_probs.exp() * log_probs).sum(-1)
         entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(head.shape[0])
-        return self._gaussian_log_prob(head, action), entropy, value
+        return self._gaussian_log_prob(head, action), entropy
 
     def _log_prob(self, head: Tensor, action: Tensor, action_mask: Tensor | None = None) -> Tensor:
         if action_mask is not None:

@@ -5,6 +5,8 @@
     ppo-large   actor and critic MLPs, 512 x 512 x 256, tanh
     ppo-cnn     a shared convolutional torso (ReLU) for image or grid observations, then
                 one linear head for the actor and one for the critic
+    ppo-lstm    a recurrent policy: Linear 64 + tanh, an LSTM of 64, then the two heads
+                (trainer/nets/recurrent.py); PPO and A2C train it on whole sequences
 
 Every checkpoint saves the spec, so that `trainer.nets.policies.build_policy(spec)` rebuilds the
 network without unpickling any Python object.
@@ -16,6 +18,8 @@ import numpy as np
 
 MLP_HIDDEN_SIZES = {"ppo-small": (64, 64), "ppo-medium": (256, 256), "ppo-large": (512, 512, 256)}
 CNN_FEATURES = 512
+RECURRENT_MODEL_TYPES = ("ppo-lstm",)  # a state carried from step to step: the network "recurrent-actor-critic"
+LSTM_SIZE = 64
 
 
 class ModelError(ValueError):
@@ -47,10 +51,18 @@ def make_policy_spec(model_type: str, observation_space, action_space, norm_obs:
             f"model_type ppo-cnn needs image or grid observations (2 or 3 dimensions), but this env "
             f"observes a vector of shape {tuple(obs_shape)}; use ppo-small, ppo-medium or ppo-large"
         )
-    return {
+    spec = {
         "model_type": model_type,
         "obs_shape": obs_shape,
         "obs_scale": obs_scale,
         "action": action,
         "norm_obs": bool(norm_obs),
     }
+    if model_type in RECURRENT_MODEL_TYPES:
+        spec.update(network="recurrent-actor-critic", lstm_size=LSTM_SIZE)
+    return spec
+
+
+def is_recurrent(spec: dict) -> bool:
+    """Whether the spec's network carries a state from step to step (PPO then trains it on sequences)."""
+    return spec.get("network") == "recurrent-actor-critic"

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from trainer.algos.base import Algorithm, Progress, Setup
+from trainer.algos.experience import ExperienceSource
 from trainer.algos.registry import algorithm_class
 from trainer.config.keys import TrainConfig
 from trainer.config.validation import config_from_dict
@@ -82,6 +83,7 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     resume: bool = False,
     preflight: bool = True,
+    experience: ExperienceSource | None = None,
 ) -> TrainResult:
     """Train a policy as `config` says, writing everything into `run_dir`.
 
@@ -94,6 +96,8 @@ def train(
     preflight: first build the env once and check the run fits in memory
         (trainer.config.preflight.check_run_fits), before the run folder is touched; False for a caller
         that just did (the CLI). A ConfigError then leaves no folder and no file behind.
+    experience: where the algorithm takes its batches from instead of its own env (an actor-learner
+        run's hub, trainer/cluster/learner_hub.py); handed to it in `Setup.experience`.
     """
     config = config_from_dict(config)
     if preflight:
@@ -113,7 +117,7 @@ def train(
             bus.sinks += list(sinks or [])
             if config.tensorboard:
                 attach_tensorboard(bus, run_dir)
-        session = TrainingSession(config, run_dir, bus, context)
+        session = TrainingSession(config, run_dir, bus, context, experience=experience)
         if resume:
             session.restore()
         return session.run(should_stop or (lambda: False))
@@ -160,6 +164,7 @@ class TrainingSession:
         bus: EventBus,
         context: DistributedContext | None = None,
         env_factory: EnvFactory | None = None,
+        experience: ExperienceSource | None = None,
     ):
         self.config = config
         self.run_dir = run_dir
@@ -195,6 +200,7 @@ class TrainingSession:
                 reduce_sum=self._reduce_sum,
                 broadcast=context.broadcast_module_ if context is not None else None,
                 log=self._log,
+                experience=experience,
             )
         )
         self.policy_spec = self.policy.spec  # the algorithm's network (its kind: spec["network"])

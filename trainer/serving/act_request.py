@@ -1,6 +1,7 @@
 """The body of the policy server's POST /v1/act (trainer/serving/serve.py), checked: observations,
-`deterministic`, and the optional `action_mask` of a discrete policy. Anything else is a BodyError
-(a 4xx) whose message says what was expected."""
+`deterministic`, the optional `action_mask` of a discrete policy, and a recurrent policy's
+`session` (the client's id, whose state the server keeps) and `episode_start`. Anything else is a
+BodyError (a 4xx) whose message says what was expected."""
 
 import json
 from typing import Any
@@ -11,15 +12,17 @@ from trainer.serving.http_limits import BodyError
 
 MAX_ROWS = 4096  # observations in one request
 NUMBER_TYPES = frozenset({int, float})  # what JSON numbers parse to (bool is neither)
-REQUEST_KEYS = ("obs", "deterministic", "action_mask")
+REQUEST_KEYS = ("obs", "deterministic", "action_mask", "session", "episode_start")
+MAX_SESSION_CHARS = 128
 
 
-def expected_request(observation_shape: tuple[int, ...], mask_size: int | None = None) -> str:
+def expected_request(observation_shape: tuple[int, ...], mask_size: int | None = None, recurrent: bool = False) -> str:
     shape_text = f"[{', '.join(map(str, observation_shape))}]"
     mask = "" if mask_size is None else f', "action_mask": <optional: {mask_size} booleans per observation>'
+    session = ', "session": <your id>, "episode_start": <optional: a boolean per observation>' if recurrent else ""
     return (
         f'expected a JSON object {{"obs": <one observation of shape {shape_text} or a list of them>, '
-        f'"deterministic": true|false{mask}}}'
+        f'"deterministic": true|false{mask}{session}}}'
     )
 
 
@@ -76,6 +79,31 @@ def check_act_request(
         raise BodyError(422, f"'obs' must be finite float32 numbers; found NaN or infinity at index {bad}")
     mask = request.get("action_mask")
     return obs, deterministic, None if mask is None else check_mask(mask, len(obs), mask_size)
+
+
+def check_session(request: dict, rows: int, recurrent: bool) -> tuple[str | None, np.ndarray | None]:
+    """(session, episode_start bool (rows,) or None) of a checked request. A recurrent policy needs
+    `session`: the id under which the server keeps the state of the client's envs; any other
+    policy ignores both keys."""
+    session, starts = request.get("session"), request.get("episode_start")
+    if not recurrent:
+        return None, None
+    if not isinstance(session, str) or not 1 <= len(session) <= MAX_SESSION_CHARS:
+        raise BodyError(
+            422,
+            f'this policy is recurrent: send "session": an id of 1 to {MAX_SESSION_CHARS} characters, the same '
+            f"in every request of a game (the server keeps its state), got {json.dumps(session)[:40]}",
+        )
+    if starts is None:
+        return session, None
+    table = [starts] if type(starts) is bool else starts
+    if not (isinstance(table, list) and len(table) == rows and all(type(value) is bool for value in table)):
+        raise BodyError(
+            422,
+            f"'episode_start' must be true / false for one observation or a list of {rows} (one per "
+            f"observation): true where a new episode starts, got {json.dumps(starts)[:40]}",
+        )
+    return session, np.asarray(table, dtype=np.bool_)
 
 
 def check_mask(mask: Any, rows: int, mask_size: int | None) -> np.ndarray:

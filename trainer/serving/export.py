@@ -91,24 +91,30 @@ class ExportablePolicy(nn.Module):
             self.register_buffer("shift", normalizer.mean.float().clone())
             self.register_buffer("scale", (normalizer.var + EPSILON).rsqrt().float())
 
-    def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, ...]:
+    def forward(self, obs: Tensor, *inputs: Tensor) -> tuple[Tensor, ...]:
+        """inputs: (state_h, state_c) of a recurrent policy, then the action mask, as given."""
         if self.normalize:
             obs = ((obs - self.shift) * self.scale).clamp(-CLIP, CLIP)
-        if action_mask is None:
-            return self.policy.exported(obs, self.with_details)
-        return self.policy.exported(obs, self.with_details, action_mask)
+        return (
+            self.policy.exported(obs, *inputs[:2], self.with_details, *inputs[2:])
+            if self.policy.recurrent
+            else (self.policy.exported(obs, self.with_details, *inputs))
+        )
 
 
 MASK_INPUT = "action_mask"
+STATE_INPUTS = ("state_h", "state_c")  # a recurrent policy's state in, (1, batch, size) each; out as *_out
 
 
 def input_names(model: TrainedModel, with_mask: bool = False) -> list[str]:
-    """The graph's inputs: `obs`, and with_mask `action_mask` (ExportError for continuous actions)."""
+    """The graph's inputs: `obs`, a recurrent policy's state (`state_h`, `state_c`), and with_mask
+    `action_mask` (ExportError for continuous actions)."""
+    names = ["obs", *(STATE_INPUTS if model.policy.recurrent else ())]
     if not with_mask:
-        return ["obs"]
+        return names
     if not model.policy.discrete:
         raise ExportError("--with-mask is for discrete actions; this policy's actions are continuous")
-    return ["obs", MASK_INPUT]
+    return [*names, MASK_INPUT]
 
 
 def output_names(model: TrainedModel, with_details: bool) -> list[str]:
@@ -131,6 +137,8 @@ def model_metadata(model: TrainedModel, with_details: bool, with_mask: bool = Fa
         "outputs": json.dumps(output_names(model, with_details)),
         "norm_obs_folded_in": str(bool(model.spec.get("norm_obs"))).lower(),
     }
+    if model.policy.recurrent:  # zeros at the start of every episode; then each step's *_out
+        metadata["state_shape"] = json.dumps([1, "batch", model.policy.state_size])
     if isinstance(getattr(model.policy, "log_std", None), torch.nn.Parameter):  # PPO's state-independent std
         metadata["log_std"] = json.dumps([float(x) for x in model.policy.log_std.detach().cpu()])
     return metadata
@@ -145,6 +153,8 @@ def onnx_bytes(model: TrainedModel, with_details: bool = False, with_mask: bool 
     wrapper = ExportablePolicy(model, with_details).eval()
     example = (torch.zeros((2, *model.observation_shape), dtype=torch.float32),)
     inputs = input_names(model, with_mask)
+    if model.policy.recurrent:
+        example += (torch.zeros((1, 2, model.policy.state_size)),) * 2
     if with_mask:
         example += (torch.ones((2, model.policy.action_size), dtype=torch.bool),)
     names = output_names(model, with_details)
@@ -161,7 +171,7 @@ def onnx_bytes(model: TrainedModel, with_details: bool = False, with_mask: bool 
             opset_version=OPSET,
             input_names=inputs,
             output_names=names,
-            dynamic_axes={name: {0: "batch"} for name in (*inputs, *names)},
+            dynamic_axes={name: {1 if name.startswith("state_") else 0: "batch"} for name in (*inputs, *names)},
         )
     proto = onnx.load_from_string(buffer.getvalue())
     for key, value in model_metadata(model, with_details, with_mask).items():
@@ -170,6 +180,12 @@ def onnx_bytes(model: TrainedModel, with_details: bool = False, with_mask: bool 
     proto.doc_string = (
         f"RL Studio policy for {model.env_name}: input obs float32 (batch, "
         f"{', '.join(map(str, model.observation_shape))}) raw observations"
+        + (
+            f", inputs state_h, state_c float32 (1, batch, {model.policy.state_size}): zeros at an episode's "
+            f"start, then the last step's state_h_out, state_c_out"
+            if model.policy.recurrent
+            else ""
+        )
         + (
             f", input {MASK_INPUT} bool (batch, {model.policy.action_size}), True where the action is allowed"
             if with_mask

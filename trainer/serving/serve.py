@@ -13,6 +13,10 @@ for a discrete action space, a list of floats (clipped to the bounds) for a cont
 `action_mask` (discrete actions, optional): the allowed actions, n booleans (or 0 / 1) for one
 observation or one such row per observation; a forbidden action is never returned. A mask of the
 wrong shape or one that allows no action for some observation is a 422 that says so.
+A recurrent policy (`model_type: ppo-lstm`) needs `"session": "<id>"`, the same in every request
+of a client: the server keeps that session's state (one per observation row) from one request to
+the next (`Sessions`: at most `MAX_SESSIONS`, the least recently used forgotten first), and
+`"episode_start": true` (or one boolean per observation) starts an episode afresh.
 
 Requests that arrive while a forward pass runs wait for the next one and go through it
 together (`Batcher`): one pass for many clients, which is what makes 64 concurrent clients
@@ -36,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from trainer.run.checkpoint import TrainedModel, load_model
-from trainer.serving.act_request import MAX_ROWS, check_act_request, expected_request
+from trainer.serving.act_request import MAX_ROWS, check_act_request, check_session, expected_request
 from trainer.serving.bind import PublicBindError, key_matches, presented_key, require_key_for_public_bind
 from trainer.serving.http_limits import MAX_BODY_BYTES, install_error_handlers, read_json
 from trainer.serving.http_server import (
@@ -47,6 +51,7 @@ from trainer.serving.http_server import (
     listen,
     listen_failure,
 )
+from trainer.serving.sessions import MAX_SESSIONS, Sessions, recurrent_pass
 
 API_KEY_ENV = "RL_STUDIO_API_KEY"
 
@@ -88,6 +93,18 @@ class _Pending:
     deterministic: bool
     future: asyncio.Future = field(repr=False)
     mask: np.ndarray | None = None  # bool (rows, n): the allowed actions, when the request gave them
+    session: str | None = None  # a recurrent policy's client, whose state `Sessions` keeps
+    episode_start: np.ndarray | None = None  # bool (rows,): where the client's envs start an episode
+
+
+def _masks(model: TrainedModel, batch: list[_Pending]) -> np.ndarray | None:
+    """The requests' action masks as one (rows, n) array (rows without one allow every action), or None."""
+    if all(pending.mask is None for pending in batch):
+        return None
+    size = model.policy.action_size
+    return np.concatenate(
+        [p.mask if p.mask is not None else np.ones((len(p.obs), size), dtype=np.bool_) for p in batch]
+    )
 
 
 class Batcher:
@@ -97,19 +114,34 @@ class Batcher:
     observations), so the batch grows with the load and one client alone waits for nothing.
     `max_wait_s` > 0 holds the first request that long for company (more batching, more latency)."""
 
-    def __init__(self, model: TrainedModel, stats: ServeStats, max_rows: int = MAX_ROWS, max_wait_s: float = 0.0):
+    def __init__(
+        self,
+        model: TrainedModel,
+        stats: ServeStats,
+        max_rows: int = MAX_ROWS,
+        max_wait_s: float = 0.0,
+        sessions: Sessions | None = None,
+    ):
         self.model, self.stats, self.max_rows, self.max_wait_s = model, stats, max_rows, max_wait_s
+        self.sessions = sessions if sessions is not None else Sessions()
         self.queue: asyncio.Queue[_Pending] | None = None
         self.task: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    async def act(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> np.ndarray:
+    async def act(
+        self,
+        obs: np.ndarray,
+        deterministic: bool,
+        mask: np.ndarray | None = None,
+        session: str | None = None,
+        episode_start: np.ndarray | None = None,
+    ) -> np.ndarray:
         loop = asyncio.get_running_loop()
         if self.task is None or self.loop is not loop:  # started lazily, in the loop that serves
             self.loop, self.queue = loop, asyncio.Queue()
             self.task = loop.create_task(self._run(self.queue))
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Pending(obs, deterministic, future, mask))
+        await self.queue.put(_Pending(obs, deterministic, future, mask, session, episode_start))
         return await future
 
     async def _run(self, queue: asyncio.Queue) -> None:
@@ -143,33 +175,41 @@ class Batcher:
                     pending.future.set_result(result)
 
     def _forward(self, batch: list[_Pending]) -> list[np.ndarray]:
-        """One forward pass per `deterministic` value present (usually one)."""
+        """One forward pass per `deterministic` value present (usually one); a recurrent policy's
+        requests of one session go through one pass each, in order (each continues the last)."""
         results: list[Any] = [None] * len(batch)
+        waiting = list(range(len(batch)))
+        while waiting:
+            this_pass, later, seen = [], [], set()
+            for index in waiting:
+                session = batch[index].session
+                (later if session is not None and session in seen else this_pass).append(index)
+                seen.add(session)
+            self._forward_pass(batch, this_pass, results)
+            waiting = later
+        return results
+
+    def _forward_pass(self, batch: list[_Pending], indices: list[int], results: list[Any]) -> None:
         for deterministic in (True, False):
-            members = [index for index, pending in enumerate(batch) if pending.deterministic == deterministic]
+            members = [index for index in indices if batch[index].deterministic == deterministic]
             if not members:
                 continue
-            obs = np.concatenate([batch[index].obs for index in members])
-            masks = None  # rows of requests without a mask allow every action
-            if any(batch[index].mask is not None for index in members):
-                size = self.model.policy.action_size
-                masks = np.concatenate(
-                    [
-                        batch[index].mask
-                        if batch[index].mask is not None
-                        else np.ones((len(batch[index].obs), size), dtype=np.bool_)
-                        for index in members
-                    ]
+            chosen = [batch[index] for index in members]
+            if self.model.policy.recurrent:
+                actions = recurrent_pass(
+                    self.model.policy, self.sessions, chosen, deterministic, _masks(self.model, chosen)
                 )
-            actions = self.model.predict(obs, deterministic=deterministic, action_masks=masks)[0]
+            else:
+                obs = np.concatenate([pending.obs for pending in chosen])
+                masks = _masks(self.model, chosen)
+                actions = self.model.predict(obs, deterministic=deterministic, action_masks=masks)[0]
             self.stats.forward_passes += 1
-            self.stats.largest_batch = max(self.stats.largest_batch, len(obs))
+            self.stats.largest_batch = max(self.stats.largest_batch, len(actions))
             start = 0
             for index in members:
                 count = len(batch[index].obs)
                 results[index] = actions[start : start + count]
                 start += count
-        return results
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,6 +232,11 @@ def describe_model(model: TrainedModel, source: str | None = None) -> dict:
             "obs": f"one observation of shape {list(model.observation_shape)} or a list of up to {MAX_ROWS}",
             "deterministic": "true (default) or false",
             **(
+                {"session": "your id (required: the server keeps its state)", "episode_start": "optional booleans"}
+                if model.policy.recurrent
+                else {}
+            ),
+            **(
                 {"action_mask": f"optional: {model.spec['action']['n']} booleans per observation, true = allowed"}
                 if model.spec["action"]["kind"] == "discrete"
                 else {}
@@ -207,8 +252,10 @@ def create_app(
     max_rows: int = MAX_ROWS,
     max_wait_s: float = 0.0,
     source: str | None = None,
+    max_sessions: int = MAX_SESSIONS,
 ):
-    """The FastAPI app serving `model` (batched, or one forward pass per request with batching=False)."""
+    """The FastAPI app serving `model` (batched, or one forward pass per request with batching=False);
+    a recurrent policy keeps the state of at most `max_sessions` client sessions."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
@@ -216,7 +263,8 @@ def create_app(
     app = FastAPI(title="RL Studio policy server", version="1", docs_url="/docs", redoc_url=None)
     install_error_handlers(app)
     stats = ServeStats()
-    batcher = Batcher(model, stats, max_rows, max_wait_s) if batching else None
+    sessions = Sessions(max_sessions)
+    batcher = Batcher(model, stats, max_rows, max_wait_s, sessions) if batching else None
     app.state.stats = stats
     description = describe_model(model, source)
 
@@ -252,17 +300,25 @@ def create_app(
 
     action = model.spec["action"]
     mask_size = int(action["n"]) if action["kind"] == "discrete" else None
-    expected = expected_request(model.observation_shape, mask_size)
+    recurrent = model.policy.recurrent
+    expected = expected_request(model.observation_shape, mask_size, recurrent)
 
-    def check(request: Any) -> tuple[np.ndarray, bool, np.ndarray | None]:
-        return check_act_request(request, model.observation_shape, max_rows, mask_size)
+    def check(request: Any) -> tuple[Any, ...]:
+        obs, deterministic, mask = check_act_request(request, model.observation_shape, max_rows, mask_size)
+        return obs, deterministic, mask, *check_session(request, len(obs), recurrent)
 
     @app.post("/v1/act")
     async def act(request: Request):
-        obs, deterministic, mask = await read_json(request, MAX_BODY_BYTES, hint=expected, convert=check)
+        obs, deterministic, mask, session, starts = await read_json(
+            request, MAX_BODY_BYTES, hint=expected, convert=check
+        )
         stats.requests += 1
         if batcher is not None:
-            actions = await batcher.act(obs, deterministic, mask)
+            actions = await batcher.act(obs, deterministic, mask, session, starts)
+        elif recurrent:  # in the event loop: the session's state is read and written in order
+            request = _Pending(obs, deterministic, None, mask, session, starts)
+            actions = recurrent_pass(model.policy, sessions, [request], deterministic, mask)
+            stats.forward_passes += 1
         else:
             actions = await asyncio.to_thread(
                 lambda: model.predict(obs, deterministic=deterministic, action_masks=mask)[0]
