@@ -25,6 +25,7 @@ KINDS = (
     "studio_run_start",
     "ours_off_policy",
     "sb3_off_policy",
+    "ours_shipped_game",
 )
 
 
@@ -69,6 +70,10 @@ def run_measurement(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         from benchmarks.sb3_off_policy import sb3_off_policy
 
         return sb3_off_policy(**params)
+    if kind == "ours_shipped_game":
+        from benchmarks.games import ours_shipped_game
+
+        return ours_shipped_game(**params)
     if kind == "studio_run_start":
         from benchmarks.run_start import measure
 

@@ -2,7 +2,9 @@
 
     python -m benchmarks                 throughput, ceiling, time to solve, scaling (~5 min)
     python -m benchmarks --quick         the same with small budgets (~1-2 min), figures rough
-    python -m benchmarks --games         Flappy Bird and Snake to their score targets (long)
+    python -m benchmarks --games         + Flappy Bird and Snake to their score targets (section game_targets)
+    python -m benchmarks --only games    every shipped game config for its budget, greedy games after
+                                         (benchmarks/games.py; long: --quick checks it runs)
     python -m benchmarks --only throughput,solve
     python -m benchmarks --only off_policy   DQN and SAC against SB3's (benchmarks/off_policy.py; long)
     python -m benchmarks --only studio_latency   cold start, idle CPU, Start to first picture (~3 min)
@@ -37,7 +39,7 @@ if str(REPO_ROOT) not in sys.path:
 from benchmarks import report  # noqa: E402
 from benchmarks.sb3_peer import NET_ARCH, RL_ZOO_CARTPOLE  # noqa: E402
 
-SECTIONS = ("throughput", "ceiling", "solve", "scaling", "games", "off_policy", "studio_latency")
+SECTIONS = ("throughput", "ceiling", "solve", "scaling", "game_targets", "games", "off_policy", "studio_latency")
 DEFAULT_SECTIONS = ("throughput", "ceiling", "solve", "scaling")
 SCALING_NUM_ENVS = (16, 64, 256, 1024, 4096)
 SOLVE_TARGET = 475.0
@@ -58,7 +60,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated sections to run, from {', '.join(SECTIONS)} (default: {', '.join(DEFAULT_SECTIONS)})",
     )
     parser.add_argument(
-        "--games", action="store_true", help="also run the long Flappy Bird and Snake runs (capped by --game-cap)"
+        "--games",
+        action="store_true",
+        help="also run game_targets: Flappy Bird and Snake to their score targets (capped by --game-cap)",
+    )
+    parser.add_argument(
+        "--game-configs",
+        default=None,
+        help="games: comma-separated config file names (default: every config whose env is a game)",
+    )
+    parser.add_argument(
+        "--game-episodes", type=int, default=None, help="games: greedy games per seed (default 100, 10 with --quick)"
+    )
+    parser.add_argument(
+        "--game-parallel",
+        type=int,
+        default=1,
+        help="games: runs at a time, each in its own process (default 1; more only with spare cores)",
+    )
+    parser.add_argument(
+        "--game-steps",
+        type=int,
+        default=None,
+        help="games: train this many steps instead of each config's total_timesteps (50000 with --quick)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="small budgets and one seed: checks the suite works, figures are rough"
@@ -140,8 +164,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [name for name in sections if name not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    if args.games and "games" not in sections:
-        sections = sections + ("games",)
+    if args.games and "game_targets" not in sections:
+        sections = sections + ("game_targets",)
     args.sections = sections
     if args.repeats < 1:
         parser.error(f"--repeats must be a positive integer, got {args.repeats}")
@@ -424,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.replot:
         written = []
-        if set(args.sections) - {"off_policy"}:
+        if set(args.sections) - {"off_policy", "games"}:
             results = json.loads((args.out / "results.json").read_text())
             written = report.write_report(results, args.out)
             print(report.render_console(report.build_rows(results)))
@@ -434,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
             results = json.loads((args.out / "off_policy.json").read_text())
             written += write_section_report(results, args.out)
             print(report.render_console(off_policy_rows(results["off_policy"])))
+        if "games" in args.sections:  # its own files: games.json -> games.md
+            from benchmarks import games
+
+            results = json.loads((args.out / "games.json").read_text())
+            written += games.write_section_report(results, args.out)
+            print(games.render_console(results["games"]))
         print("wrote " + ", ".join(str(path) for path in written))
         return 0
     from benchmarks.ours import shipped_settings
@@ -457,8 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         results["time_to_solve"] = run_solve(args)
     if "scaling" in args.sections:
         results["scaling"] = run_scaling(args, shipped)
-    if "games" in args.sections:
+    if "game_targets" in args.sections:  # kept under "games" in results.json, as report.py and plots.py read it
         results["games"] = run_games(args)
+    shipped_games = None
+    if "games" in args.sections:  # its own files: games.json / games.md (benchmarks/games.py)
+        from benchmarks.games import run_games as run_shipped_games
+
+        shipped_games = run_shipped_games(args, run_in_fresh_process, _say)
     if "off_policy" in args.sections:
         from benchmarks.off_policy import run_off_policy
 
@@ -470,13 +505,20 @@ def main(argv: list[str] | None = None) -> int:
     results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     # The off_policy section keeps its own files (off_policy.md / .json / .png): run alone, it leaves
     # the suite's results.md / results.json as the last run of the other sections wrote them.
-    written = report.write_report(results, args.out) if set(args.sections) - {"off_policy", "studio_latency"} else []
+    own_files = {"off_policy", "studio_latency", "games"}
+    written = report.write_report(results, args.out) if set(args.sections) - own_files else []
     if "off_policy" in results:
         from benchmarks.off_policy import write_section_report
 
         written += write_section_report(results, args.out)
     print()
-    print(report.render_console(report.build_rows(results)))
+    if set(args.sections) - own_files:
+        print(report.render_console(report.build_rows(results)))
+    if shipped_games is not None:
+        from benchmarks import games
+
+        written += games.write_section_report({**results, "games": shipped_games}, args.out)
+        print(games.render_console(shipped_games))
     print("wrote " + ", ".join(str(path) for path in written))
     return 0
 

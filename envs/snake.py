@@ -286,6 +286,14 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
     def game_score(self) -> Tensor:
         return self.score
 
+    # What evaluation counts as a win (trainer/serving/evaluate.py `count_outcomes`): a full board.
+    win_text = "board filled"
+
+    @property
+    def winning_score(self) -> int:
+        """The score of a game won: the food that fills the board from the starting length."""
+        return self.num_cells - START_LENGTH
+
     def action_masks(self) -> Tensor | None:
         """Absolute mode: (N, 4) bool, every direction but the reverse of the heading (the move
         into the snake's own neck); one table lookup, no loop over envs. Relative mode (straight,

@@ -35,6 +35,11 @@ class EvaluationSummary:
     cut_episodes: int
     gif_path: str | None
     gif_caption: str | None = None  # what the GIF shows of the first episode (trainer/run/events.py clip_caption)
+    # Where the game has them (trainer/serving/evaluate.py count_outcomes), else None.
+    wins: int | None = None  # games won, e.g. Snake's board filled
+    win_text: str | None = None
+    capped: int | None = None  # games that lasted the env's step cap (Flappy Bird's max_steps)
+    cap_steps: int | None = None
 
     def markdown(self) -> str:
         from studio.score import format_number, game_score
@@ -52,11 +57,22 @@ class EvaluationSummary:
             f"{detail} **{self.episodes}** episodes of **{self.env_name}** ({mode}); the model was trained "
             f"for {self.model_step:,} steps.",
         ]
+        lines += self.outcome_lines()
         if self.cut_episodes:
             lines.append(f"{self.cut_episodes} episode(s) were cut at the step limit.")
         if self.gif_path and self.gif_caption:
             lines.append(f"The GIF, the first episode: {self.gif_caption}.")
         return "\n\n".join(lines)
+
+    def outcome_lines(self) -> list[str]:
+        """Wins and games that reached the cap, where the game has them."""
+        lines = []
+        if self.wins is not None:
+            what = f" ({self.win_text})" if self.win_text else ""
+            lines.append(f"Wins{what}: **{self.wins} of {self.episodes}** games.")
+        if self.capped is not None:
+            lines.append(f"Reached the cap of {self.cap_steps:,} steps: **{self.capped} of {self.episodes}** games.")
+        return lines
 
 
 def runs_with_models(runs: Sequence) -> list[str]:
@@ -142,4 +158,8 @@ def evaluate_checkpoint(
         cut_episodes=result.cut_episodes,
         gif_path=str(result.gif_path) if result.gif_path else None,
         gif_caption=result.gif_caption,
+        wins=result.wins,
+        win_text=result.win_text,
+        capped=result.capped,
+        cap_steps=result.cap_steps,
     )

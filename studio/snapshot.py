@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.run.status import QUEUED, queued_text
-
-ACTIVE_STATUSES = ("queued", "starting", "running", "stopping")
-RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")
+from trainer.run.status import NOT_OVER_STATUSES as ACTIVE_STATUSES  # the studio's "active": queued too
+from trainer.run.status import QUEUED, RESUMABLE_STATUSES, queued_text
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ and what it has already drawn (a `gr.State`), so unchanged charts and files are 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import gradio as gr
 
 from studio.callbacks import Studio
@@ -137,6 +140,22 @@ def build_app(
     return demo
 
 
+@contextlib.contextmanager
+def web_app_made_once() -> Iterator[None]:
+    """Gradio makes its web app (FastAPI: about 80 routes whose signatures it inspects, and the
+    page's config) when a Blocks is made, again when it closes, again at queue(), and at launch(),
+    whose app alone is served. Inside this block the first three are not made: a third of the
+    time from `python app.py` to the page answering goes to building the page."""
+    from gradio.routes import App
+
+    make = App.__dict__["create_app"]
+    App.create_app = staticmethod(lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        App.create_app = make
+
+
 def launch_options(
     host: str, port: int, auth: tuple[str, str] | None, allowed_paths: list[str], max_upload_size: str | int
 ) -> dict:
@@ -209,8 +228,9 @@ def launch(
         cluster_port=cluster_port,
         start_fork_server_now=False,  # after the page answers: its imports (torch) would slow the page's
     )
-    demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds, scratch=scratch)
-    demo.queue(default_concurrency_limit=4)
+    with web_app_made_once():  # launch() below makes the app it serves
+        demo = build_app(manager, allow_custom_envs=allow_custom_envs, poll_seconds=poll_seconds, scratch=scratch)
+        demo.queue(default_concurrency_limit=4)
     quiet_when_idle(demo)
     try:
         options = launch_options(host, port, auth, [str(manager.runs_dir)], max_upload_size)

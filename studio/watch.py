@@ -105,6 +105,7 @@ class LivePlayer:
             raise WatchError(f"Could not make {config.get('env_name')!r}: {type(error).__name__}: {error}") from None
         self.fps = float(min(MAX_FPS, max(1, (getattr(self.env, "metadata", {}) or {}).get("render_fps") or 30)))
         self.obs = self.env.reset(seed=seed)
+        self.state = self.episode_start = None  # a recurrent policy's state, carried from step to step
         self.episode, self.episode_return, self.best_score = 1, 0.0, float("-inf")
         self.last_reload_check = time.monotonic()
 
@@ -133,6 +134,7 @@ class LivePlayer:
             except WatchError:
                 return  # half-written or damaged: keep playing the one we have
             self.model, self.model_path, self.model_mtime = model, path, mtime
+            self.state = None  # the old weights' memory means nothing to the new ones
 
     def step(self) -> WatchFrame:
         """Render the current state, then act and advance the game one step."""
@@ -154,8 +156,11 @@ class LivePlayer:
         )
         with torch.no_grad():
             masks = self.env.action_masks()  # Snake's forbidden moves (None for games without any)
-            action = self.model.predict(self.obs, deterministic=True, action_masks=masks)[0]
+            action, self.state = self.model.predict(
+                self.obs, deterministic=True, state=self.state, episode_start=self.episode_start, action_masks=masks
+            )
             self.obs, reward, terminated, truncated, _ = self.env.step(torch.as_tensor(action))
+        self.episode_start = (terminated | truncated).numpy()  # reset there: a new episode next step
         self.episode_return += float(reward[0])
         if bool((terminated | truncated)[0]):
             self.best_score = max(self.best_score, float(self.env.stats.finished[2][0]))

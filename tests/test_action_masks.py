@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from envs import make_vec_env
 from envs.gym_vec import GymVecEnv
-from trainer.algos.ppo import ppo_loss
 from trainer.algos.ppo_fast import ppo_loss_and_gradient, structure_of
+from trainer.algos.ppo_gradient import ppo_loss
 from trainer.algos.ppo_settings import UpdateBatch, UpdateSettings
 from trainer.algos.rollout import RolloutBuffer, collect_rollout
 from trainer.nets.build import build_policy

@@ -1,25 +1,20 @@
-"""Actors and a learner (issue 24): the transport on loopback in one process (an actor's batches
+"""Actors and a learner (issue 24), in one process: the transport on loopback (an actor's batches
 reach the hub once each, in order; weights go back; a bad batch drops its actor; the queue drops
-the oldest when full), then the commands as a user runs them: a learner with two local actors
-learns CartPole, a late actor joins a running learner, a wrong token is refused, and (slow) an actor
-killed with SIGKILL mid-run and a learner killed mid-run. Every process is bounded by a timeout."""
+the oldest when full), and a learner stopped while it waits for a batch. The commands as a user
+runs them (a learner with actors, faults, a late actor, another network namespace):
+tests/test_actor_learner_commands.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import signal
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
 
-from test_cluster import TOKEN, Agent, two_namespaces  # noqa: F401 (a fixture)
 from trainer.algos.experience import ExperienceClosed
 from trainer.cluster.actor import Actor
 from trainer.cluster.actor_link import (
@@ -33,7 +28,6 @@ from trainer.cluster.actor_link import (
     recv,
     send,
 )
-from trainer.cluster.admission import new_token
 from trainer.cluster.launch import free_port
 from trainer.cluster.learner_hub import LearnerHub
 from trainer.cluster.nodes import read_nodes, run_key
@@ -180,145 +174,52 @@ def test_a_full_queue_drops_the_oldest_batches_and_counts_them(store, tmp_path):
     hub.close()
 
 
-# ---------------------------------------------------------------------------------------------
-# The commands, as a user runs them (each process in its own session, killed with its children)
+class _ClosingSource:
+    """An experience source that plays `batches` batches in an env of its own with the weights it
+    was last given, then is closed, as the hub is when the learner is told to stop while it waits."""
 
-APPO = ["--set", "algo=appo", "--set", "num_envs=32", "--set", "num_steps=32", "--set", "log_interval=1"]
-QUIET = ["--set", "gif_interval=0", "--set", "device=cpu"]
+    def __init__(self, config, batches: int):
+        from trainer.nets.build import build_policy
+        from trainer.run.setup import config_env_factory, policy_spec
 
+        self.env = config_env_factory(config)(config.num_envs, "cpu", 1)
+        self.obs = self.env.reset(seed=1)
+        self.policy = build_policy(policy_spec(config, self.env))
+        self.config, self.left, self.version = config, batches, 0
 
-def _train(tmp_path, name: str, *args: str) -> Agent:
-    return Agent(
-        tmp_path / f"{name}.log",
-        ["--config", "configs/cartpole.yaml", *APPO, *QUIET, "--runs-dir", str(tmp_path / "runs"), *args],
-    )
+    def take(self):
+        from trainer.algos.acting import act_batch
 
+        if self.left == 0:
+            raise ExperienceClosed("the run is stopping")
+        self.left -= 1
+        generator = torch.Generator().manual_seed(self.left)
+        batch, self.obs = act_batch(self.env, self.policy, self.obs, generator, self.config.num_steps, self.version)
+        return batch
 
-def _master(tmp_path, port: int, *args: str, host: str = "127.0.0.1", prefix=()) -> Agent:
-    return Agent(
-        tmp_path / "master.log",
-        [
-            "master",
-            "--config",
-            "configs/cartpole.yaml",
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--token",
-            TOKEN,
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            *APPO,
-            *QUIET,
-            *args,
-        ],
-        prefix,
-    )
+    def publish(self, policy, version: int) -> None:
+        self.policy.load_state_dict(policy.state_dict())
+        self.version = version
+
+    def stats(self) -> dict:
+        return {"queue_depth": 0, "dropped_batches": 0, "actors": 1}
 
 
-def _actor(tmp_path, port: int, name: str, token: str = TOKEN, host: str = "127.0.0.1", prefix=()) -> Agent:
-    return Agent(
-        tmp_path / f"{name}.log", ["worker", "--master", f"{host}:{port}", "--role", "actor", "--token", token], prefix
-    )
+def test_a_learner_stopped_while_it_waits_for_experience_ends_stopped_with_every_update_saved(tmp_path):
+    """SIGTERM of a learner waiting for a batch (the hub's take() raises ExperienceClosed) ends
+    the run as a stop does: status stopped, no update counted for the batch that never came, the
+    last update checkpointed, so a resumed learner carries on from there."""
+    from trainer.run.layout import checkpoint_path
+    from trainer.run.loop import train
 
-
-def _run_dir(tmp_path) -> Path:
-    (run_dir,) = list((tmp_path / "runs").iterdir())
-    return run_dir
-
-
-def _metrics(run_dir: Path) -> list[dict]:
-    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [event for event in events if event["type"] == "metrics"]
-
-
-def _ends_once_at(run_dir: Path, total: int) -> list[dict]:
-    metrics = _metrics(run_dir)
-    steps = [event["step"] for event in metrics]
-    assert steps[-1] == total and steps == sorted(set(steps)), steps[-5:]  # no update counted twice
-    return metrics
-
-
-def test_a_late_actor_joins_a_running_learner_and_a_wrong_token_is_refused(tmp_path):
-    """A master with one local actor; a second actor joins from another process while it learns;
-    an actor with the wrong token is refused; the run ends at its last step, having learned."""
-    port = free_port()
-    master = _master(
-        tmp_path, port, "--actors", "1", "--set", "total_timesteps=40960", "--store-port", str(free_port())
-    )
-    master.wait_for(r"Actor connected: #1 at", 120)
-    intruder = _actor(tmp_path, port, "intruder", token=new_token())
-    assert "wrong token" in intruder.finish(60) and intruder.process.returncode == 2
-    late = _actor(tmp_path, port, "late")
-    output = master.finish(300)
-    late_output = late.finish(60)
-    assert master.process.returncode == 0 and late.process.returncode == 0, output[-3000:] + late_output[-2000:]
-    assert "Actor connected: #2 to the learner (generation 1)" in late_output
-    assert re.search(r"Actor connected: #2 at 127\.0\.0\.1 \(.*\); 2 actors", output), output[-3000:]
-    assert "Worker refused: 127.0.0.1 (wrong token)" in output
-    metrics = _ends_once_at(_run_dir(tmp_path), 40960)
-    assert max(event["actors"] for event in metrics) == 2
-    assert metrics[-1]["recent_return_mean"] > 60  # random play: about 22
-    table = read_nodes(_run_dir(tmp_path))
-    assert sorted(row["actor"] for row in table["nodes"]) == [1, 2] and table["finished"]
-
-
-@pytest.mark.slow
-def test_two_local_actors_learn_cartpole_and_a_killed_actor_does_not_stop_the_run(tmp_path):
-    """python -m trainer --actors 2 learns CartPole past 475; one actor killed with SIGKILL
-    mid-run is lost, the learner goes on with the other, and the run ends at its last step."""
-    run = _train(tmp_path, "learner", "--actors", "2", "--set", "total_timesteps=300000")
-    run.wait_for(lambda text: re.search(r"\[STEP (\d{5,})\]", text) and "2 actors" in text, 240)
-    actors = _local_actors(run, _run_dir(tmp_path))
-    assert len(actors) == 2, actors
-    actors[-1].send_signal(signal.SIGKILL)
-    run.wait_for(r"Actor lost: #\d at 127\.0\.0\.1 \(.*\); 1 actors", 120)
-    output = run.finish(600)
-    assert run.process.returncode == 0, output[-3000:]
-    metrics = _ends_once_at(_run_dir(tmp_path), 300032)
-    assert metrics[-1]["recent_return_mean"] >= 475, [event["recent_return_mean"] for event in metrics[-5:]]
-    assert metrics[-1]["actors"] == 1
-    rows = read_nodes(_run_dir(tmp_path))["nodes"]
-    assert sorted(row["lost"] for row in rows) == [False, True]
-
-
-def _local_actors(run: Agent, run_dir: Path) -> list:
-    """The master's actor processes: its spawned children but the learner (which owns the run folder)."""
-    import psutil
-
-    from trainer.run.owner import read_owner
-
-    learner = read_owner(run_dir).pid
-    children = psutil.Process(run.process.pid).children()
-    return [child for child in children if child.pid != learner and "spawn_main" in " ".join(child.cmdline())]
-
-
-@pytest.mark.slow
-def test_a_killed_learner_is_restarted_from_its_checkpoint_and_the_actors_reconnect(tmp_path):
-    from trainer.run.owner import read_owner
-
-    run = _train(
-        tmp_path, "learner", "--actors", "2", "--set", "total_timesteps=30720", "--set", "checkpoint.interval=5"
-    )
-    run.wait_for(r"Checkpoint at step", 240)
-    os.kill(read_owner(_run_dir(tmp_path)).pid, signal.SIGKILL)
-    output = run.finish(400)
-    assert run.process.returncode == 0, output[-3000:]
-    assert "Learner lost (exit code -9): restarting it from its newest checkpoint (restart 1 of 3)" in output
-    assert re.search(r"resumed from .*ckpt_\d+\.pth at step", output), output[-3000:]
-    assert output.count("to the learner (generation 2)") == 2, output[-3000:]  # both actors came back
-    _ends_once_at(_run_dir(tmp_path), 30720)
-
-
-@pytest.mark.slow
-def test_an_actor_in_another_network_namespace_feeds_the_learner_over_a_veth_pair(tmp_path, two_namespaces):  # noqa: F811
-    (in_master, in_actor), (master_address, actor_address) = two_namespaces
-    master = _master(tmp_path, 54321, "--set", "total_timesteps=10240", host=master_address, prefix=in_master)
-    master.wait_for("Learner's master listening", 120)
-    actor = _actor(tmp_path, 54321, "actor", host=master_address, prefix=in_actor)
-    actor_output = actor.finish(300)
-    output = master.finish(120)
-    assert master.process.returncode == 0 and actor.process.returncode == 0, output[-3000:] + actor_output[-2000:]
-    assert re.search(rf"Actor connected: #1 at {re.escape(actor_address)} ", output), output[-3000:]
-    _ends_once_at(_run_dir(tmp_path), 10240)
+    config = load_config("configs/cartpole.yaml", [*SMALL, "algo=appo", "total_timesteps=3200"])
+    source = _ClosingSource(config, batches=3)
+    result = train(config, tmp_path / "run", experience=source, preflight=False)
+    source.env.close()
+    steps = 3 * config.num_steps * config.num_envs
+    assert result.status == "stopped" and result.step == steps and result.final_model.is_file()
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [event["step"] for event in events if event["type"] == "metrics"] == [steps // 3, 2 * steps // 3, steps]
+    assert events[-1]["type"] == "end" and events[-1]["status"] == "stopped" and events[-1]["step"] == steps
+    assert not any(event["type"] == "error" for event in events)
+    assert checkpoint_path(tmp_path / "run" / "checkpoints", steps).is_file()

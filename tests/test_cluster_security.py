@@ -65,6 +65,7 @@ class DictStore:
         ("correct horse battery staple", False),
         (new_token(), False),
     ],
+    ids=["one-letter", "word", "one-letter-repeated", "pattern-repeated", "passphrase", "generated"],
 )
 def test_weak_tokens_are_refused_with_how_to_make_one(token, bad):
     if bad:

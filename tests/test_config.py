@@ -64,6 +64,7 @@ def test_shipped_guide_config_loads():
 SHIPPED_CONFIGS = [
     "cartpole.yaml",
     "cartpole_dqn.yaml",
+    "cartpole_lstm.yaml",
     "cluster.yaml",
     "flappy_bird.yaml",
     "flappy_bird_dqn.yaml",

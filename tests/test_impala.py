@@ -25,8 +25,9 @@ from trainer.run.loop import train
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 GOAL = 195.0  # mean return of the last 100 episodes (a random policy: about 22)
-# Measured on the shared 2-core machine, one torch thread: impala (4 minibatches) reached 195 after
-# 28-55k steps on seeds 1-3 (9-11 s), appo (4 epochs of one minibatch) after 25-26k (5-7 s).
+# Measured on the shared 2-core machine, one torch thread (PYTHONPATH=. python tests/test_impala.py):
+# impala (4 minibatches) reached 195 after 27-33k steps on seeds 1-3 (8-10 s), appo (4 epochs of one
+# minibatch) after 25k / 26k on seeds 1 / 2 (8-9 s).
 LEARNS_CARTPOLE = {
     "env_name": "cartpole",
     "num_envs": 8,
@@ -82,8 +83,8 @@ class LaggingActors:
         return {"queue_depth": self.lag, "dropped_batches": 0, "actors": 1}
 
 
-# Measured as above: with actors 3 updates behind, appo reached 195 after 31k / 31k steps (seeds 1 / 2,
-# 13-15 s); impala after 54k with one gradient step per batch, but not within 100k with 2 or 4 (the
+# Measured as above: with actors 3 updates behind, appo reached 195 after 31k / 67k steps (seeds 1 / 2,
+# 15 / 25 s); impala after 54k with one gradient step per batch (14 s), but not within 100k with 4 (the
 # lag counts in gradient steps: 4 steps a batch, 3 batches behind, and the ratios are mostly clipped).
 @pytest.mark.parametrize(
     "algo, own", [("appo", {}), pytest.param("impala", {"num_minibatches": 1}, marks=pytest.mark.slow)]
@@ -182,3 +183,69 @@ def test_add_finished_refuses_a_tensor_of_the_wrong_shape():
 def test_settings_it_cannot_honour_are_refused_by_name(setting, message):
     with pytest.raises(ConfigError, match=message):
         config_from_dict({"algo": "appo", "env_name": "cartpole", **setting})
+
+
+# -- an env without a tuned config ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ["impala", "appo", "a2c", "ppo"])
+def test_an_env_without_a_tuned_config_starts_it_from_defaults_it_accepts(algo):
+    """Pendulum-v1 (continuous actions) has no tuned rollout config: each algorithm starts from PPO's
+    table for continuous actions (trainer/config/defaults.py), less what it refuses, and validates."""
+    from trainer.config.defaults import UNTUNED_DEFAULTS, shipped_config
+
+    table = UNTUNED_DEFAULTS["continuous"]
+    config = shipped_config("Pendulum-v1", {"algo": algo})  # what the studio's form and the API load
+    assert (config.num_envs, config.num_steps, config.gamma) == (table["num_envs"], table["num_steps"], table["gamma"])
+    actors_play_raw = algo in ("impala", "appo")  # V-trace learns from the env's own observations and rewards
+    assert config.norm_obs == config.norm_reward == (table["norm_obs"] and not actors_play_raw)
+    if algo in ("a2c", "impala"):  # one pass over each batch
+        assert config.algo_settings.get("update_epochs", 1) == 1
+    else:
+        assert config.update_epochs == table["update_epochs"]
+
+
+# -- the figures ------------------------------------------------------------------------------------
+# PYTHONPATH=. python tests/test_impala.py: the steps and seconds each learning run above takes to
+# reach GOAL, on one torch thread (the figures in the comments above and in docs/algorithms.md).
+
+
+class StepReached(BestRecentReturn):
+    """The step of the first update whose recent mean return reached the goal."""
+
+    def __init__(self, goal: float):
+        super().__init__(goal)
+        self.step = None
+
+    def __call__(self, event):
+        super().__call__(event)
+        if self.step is None and event["type"] == "metrics" and self.reached():
+            self.step = event["step"]
+
+
+def measure(algo: str, seed: int, own: dict, lag: int | None = None) -> str:
+    import tempfile
+    import time
+    from pathlib import Path
+
+    recorder, started = StepReached(goal=GOAL), time.perf_counter()
+    source = None if lag is None else LaggingActors(num_envs=8, num_steps=32, lag=lag, seed=5)
+    with tempfile.TemporaryDirectory() as folder:
+        config = {**LEARNS_CARTPOLE, **own, "algo": algo, "seed": seed}
+        train(config, Path(folder) / "run", sinks=[recorder], should_stop=recorder.reached, experience=source)
+    reached = f"{recorder.step:,} steps" if recorder.step else f"not within {LEARNS_CARTPOLE['total_timesteps']:,}"
+    settings = "".join(f", {name} {value}" for name, value in own.items())
+    return f"{algo}{settings}, seed {seed}, lag {lag or 0}: {reached} ({time.perf_counter() - started:.0f} s)"
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for algo, seeds, own, lag in [
+        ("impala", (1, 2, 3), OWN["impala"], None),
+        ("appo", (1, 2), OWN["appo"], None),
+        ("appo", (1, 2), {}, 3),
+        ("impala", (1,), {"num_minibatches": 1}, 3),
+        ("impala", (1,), {"num_minibatches": 4}, 3),
+    ]:
+        for seed in seeds:
+            print(measure(algo, seed, own, lag), flush=True)

@@ -111,11 +111,13 @@ def test_gpu_numbers_per_gpu_in_base_units():
 def test_every_metric_the_registry_exports_has_a_series_and_nothing_else_is_exported(tmp_path):
     """trainer/config/metrics.py is what Prometheus shows: in a full scrape each metric it exports,
     derived ones included, has a sample under its declared name, type and help."""
-    from trainer.config.metrics import PROMETHEUS_PREFIX, REGISTRY, prometheus_help
+    from trainer.config.metrics import BY_NAME, PROMETHEUS_PREFIX, REGISTRY, prometheus_help
 
-    # every optional metric in the last event: PPO's come from METRIC_DEFAULTS, the replay algorithms' here
-    off_policy = {"q_value_mean": 5.0, "td_error_mean": 0.5, "epsilon": 0.1, "alpha": 0.2, "buffer_size": 1000}
-    sink = fed_sink([3.0, 2.0], recent_length_mean=20.0, recent_score_mean=1.0, **off_policy)
+    # every optional metric in the last event: PPO's come from METRIC_DEFAULTS, the replay and
+    # actor-learner algorithms' here
+    replay = {"q_value_mean": 5.0, "td_error_mean": 0.5, "epsilon": 0.1, "alpha": 0.2, "buffer_size": 1000}
+    actor_learner = {"policy_lag": 2, "queue_depth": 1, "dropped_batches": 3, "actors": 2}
+    sink = fed_sink([3.0, 2.0], recent_length_mean=20.0, recent_score_mean=1.0, **replay, **actor_learner)
     sink(make_event("checkpoint", step=1024, path="ckpt_1024.pth"))
     registry = CollectorRegistry()
     registry.register(RunsCollector(lambda: [sink.sample()], tmp_path, gpus=lambda: [("0", 0.5, 1.0, 2.0)]))
@@ -126,6 +128,9 @@ def test_every_metric_the_registry_exports_has_a_series_and_nothing_else_is_expo
         family = families[PROMETHEUS_PREFIX + name]
         assert family.samples, f"{family.name} is declared but has no series"
         assert (family.type, family.documentation) == (metric.prometheus.type, prometheus_help(metric)), name
+    for name, value in {**replay, **actor_learner}.items():  # the event's value, under the exported name
+        exported = families[PROMETHEUS_PREFIX + BY_NAME[name].prometheus.name.removesuffix("_total")]
+        assert [sample.value for sample in exported.samples] == [value], name
 
 
 def test_metric_names_follow_prometheus_conventions():

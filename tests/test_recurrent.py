@@ -115,8 +115,9 @@ def test_a_recurrent_run_resumes_bit_identically(tmp_path, options):
 
 
 def test_what_does_not_combine_with_ppo_lstm_is_refused_by_key():
-    with pytest.raises(ConfigError, match="model_type ppo-lstm is a recurrent policy for algo ppo or a2c"):
-        config_from_dict({"algo": "dqn", "model_type": "ppo-lstm"})
+    for algo in ("dqn", "sac", "impala", "appo"):
+        with pytest.raises(ConfigError, match=f"ppo-lstm is a recurrent policy for algo ppo or a2c; algo {algo}"):
+            config_from_dict({"algo": algo, "model_type": "ppo-lstm"})
     with pytest.raises(ConfigError, match="use_per"):
         tiny_lstm_config(use_per=True)
     with pytest.raises(ConfigError, match=r"num_envs \(6\) must be a multiple of num_minibatches \(4\)"):
@@ -239,6 +240,91 @@ def test_the_server_keeps_a_state_per_session_and_forgets_the_oldest():
     assert first == expected["a"][:1]
     restart = {"obs": games["b"][0].tolist(), "session": "b", "episode_start": True}
     assert client.post("/v1/act", json=restart).json()["actions"] == expected["b"][:1]
+
+
+def lengths_played(env, act, episodes_per_env):
+    """Each env's first `episodes_per_env` episode lengths, in the order they end, acting with
+    `act(obs, starts)` (numpy in, numpy actions out)."""
+    obs, starts = env.reset(seed=7).numpy(), np.ones(env.num_envs, dtype=bool)
+    running, lengths, counts = np.zeros(env.num_envs, dtype=int), [], [0] * env.num_envs
+    while min(counts) < episodes_per_env:
+        obs, _, terminated, truncated, _ = env.step(torch.as_tensor(act(obs, starts)))
+        obs, starts, running = obs.numpy(), (terminated | truncated).numpy(), running + 1
+        for index in np.flatnonzero(starts):
+            if counts[index] < episodes_per_env:
+                counts[index] += 1
+                lengths.append(int(running[index]))
+            running[index] = 0
+    return lengths
+
+
+def test_evaluation_and_gifs_play_a_recurrent_policy_with_its_state(tmp_path):
+    """Evaluation and the rollout GIF carry the state through each episode and reset it where the
+    env resets (time limits included): their episodes are those of stepping predict by hand."""
+    from trainer.run.gif import GifRecorder
+    from trainer.serving.evaluate import evaluate
+
+    env = make_vec_env("cartpole", 2, seed=7, max_episode_steps=30)
+    spec, policy = lstm_policy(env, seed=5)
+    with torch.no_grad():
+        policy.actor.weight.mul_(300.0)  # decisive actions: a dropped state would show
+    policy.eval()
+    config = {"env_name": "cartpole", "env_kwargs": {"max_episode_steps": 30}}
+    model = TrainedModel(policy, {"policy_spec": spec, "config": config}, torch.device("cpu"))
+    carried = [None]
+
+    def with_state(obs, starts):
+        action, carried[0] = policy.predict(obs, carried[0], starts, deterministic=True)
+        return action
+
+    expected = lengths_played(env, with_state, 3)
+    stateless = lengths_played(env, lambda obs, starts: policy.predict(obs, deterministic=True)[0], 3)
+    assert expected != stateless and 30 in expected  # the state matters; a time limit cut an episode
+    result = evaluate(model, episodes=6, num_envs=2, seed=7)
+    assert result.lengths == expected
+
+    one_env = make_vec_env("cartpole", 1, seed=7)  # no short time limit: the pole falls
+    carried[0] = None
+    first_episode = lengths_played(one_env, with_state, 1)
+    assert first_episode != lengths_played(one_env, lambda obs, starts: policy.predict(obs)[0], 1)
+    recorder = GifRecorder(lambda: make_vec_env("cartpole", 1, seed=7), spec, 100)
+    gif = recorder.record(policy.state_dict(), tmp_path / "lstm.gif", seed=7)
+    recorder.close()
+    assert gif.episode_ended and [gif.episode_steps] == first_episode
+
+
+def test_watch_plays_a_recurrent_run_with_its_state(tmp_path):
+    """The studio's Watch player carries the state through each episode and resets it at the end."""
+    from studio.watch import LivePlayer
+    from trainer.run.checkpoint import atomic_save, load_model, read_checkpoint
+
+    final = train(tiny_lstm_config(env_kwargs={}, total_timesteps=64), tmp_path / "run").final_model
+    payload = read_checkpoint(final)
+    _, untrained = lstm_policy(make_vec_env("cartpole", 1), seed=5)
+    with torch.no_grad():
+        untrained.actor.weight.mul_(300.0)  # decisive actions that depend on the history
+    payload["policy_state"] = untrained.state_dict()
+    atomic_save(payload, final)
+    policy = load_model(final).policy
+    carried = [None]
+
+    def with_state(obs, starts):
+        action, carried[0] = policy.predict(obs, carried[0], starts, deterministic=True)
+        return action
+
+    env = make_vec_env("cartpole", 1, seed=7)
+    expected = lengths_played(env, with_state, 3)
+    assert expected != lengths_played(env, lambda obs, starts: policy.predict(obs)[0], 3)
+    player = LivePlayer(tmp_path / "run", seed=7)
+    lengths, steps = [], 0
+    while len(lengths) < 3:
+        episode = player.step().episode
+        steps += 1
+        if player.episode != episode:
+            lengths.append(steps)
+            steps = 0
+    player.close()
+    assert lengths == expected
 
 
 def learn_without_velocity(model_type, total_timesteps, **overrides):

@@ -18,12 +18,13 @@ import torch
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from trainer.algos.base import Progress, Setup
-from trainer.algos.sac import SAC, alpha_loss, soft_target
+from trainer.algos.sac import SAC, alpha_loss, alpha_loss_gradient, soft_target
 from trainer.config.checks import ConfigError
 from trainer.config.defaults import load_config
 from trainer.config.validation import config_from_dict
-from trainer.nets.sac_actor import SquashedGaussianActor, squashed_log_prob
+from trainer.nets.sac_actor import SquashedGaussianActor, TwinQ, squashed_log_prob
 from trainer.nets.spec import ModelError
+from trainer.nets.torso import mlp
 from trainer.run.events import EventBus
 from trainer.run.loop import TrainingSession, train
 
@@ -101,6 +102,9 @@ def test_the_alpha_loss_moves_alpha_towards_the_target_entropy():
         # d/d log_alpha of mean(-alpha (log pi + H_target)) = -alpha (mean log pi + H_target)
         expected = -math.exp(log_alpha_value) * (reference_log_prob.mean().item() + target_entropy)
         assert gradient.item() == pytest.approx(expected, rel=1e-3)
+        # The update steps alpha with this gradient written out (no backward pass): the same number.
+        written = alpha_loss_gradient(log_alpha, log_prob, target_entropy)
+        assert written.item() == pytest.approx(gradient.item(), rel=1e-12)
     # This narrow policy's entropy (-mean log pi) is below -2: a step raises alpha (more exploration).
     assert -log_prob.mean() < target_entropy and gradient < 0
     wide = squashed_log_prob(mean, mean, torch.zeros_like(mean))  # sigma 1: entropy above -2
@@ -117,6 +121,46 @@ def test_soft_target_matches_plain_python():
     for i in range(16):
         value = min(float(next_q1[i]), float(next_q2[i])) - alpha * float(next_log_prob[i])
         assert float(target[i]) == pytest.approx(float(returns[i]) + float(discounts[i]) * value, rel=1e-5, abs=1e-6)
+
+
+def test_the_twin_critics_are_two_separate_mlps_and_their_old_checkpoints_load():
+    spec = {**actor_spec(), "hidden_sizes": [8, 8]}
+    torch.manual_seed(0)
+    separate = [mlp(4, (8, 8), 1, 1.0, torch.nn.ReLU) for _ in range(2)]  # Q1, Q2 as two MLPs
+    torch.manual_seed(0)
+    critic = TwinQ(spec)  # evaluated as one ensemble, from the same seed
+    obs, action = torch.randn(5, 3), torch.rand(5, 1) * 2 - 1
+    joined = torch.cat((obs, action), -1)
+    q1, q2 = critic(obs, action)
+    torch.testing.assert_close(q1, separate[0](joined).squeeze(-1))
+    torch.testing.assert_close(q2, separate[1](joined).squeeze(-1))
+    assert not torch.allclose(q1, q2)  # two critics, not one twice
+
+    # A checkpoint written when the critics were two MLPs (keys q1.*, q2.*) loads into the ensemble.
+    saved = {f"q{k + 1}.{name}": value for k, net in enumerate(separate) for name, value in net.state_dict().items()}
+    torch.manual_seed(1)
+    restored = TwinQ(spec)
+    assert not torch.allclose(restored(obs, action), critic(obs, action))
+    restored.load_state_dict(saved)
+    torch.testing.assert_close(restored(obs, action), critic(obs, action))
+
+
+def test_the_written_critic_gradient_is_autograds_on_the_critic_loss():
+    critic = TwinQ({**actor_spec(), "hidden_sizes": [16, 16]})
+    generator = torch.Generator().manual_seed(3)
+    obs, action = torch.randn(32, 3, generator=generator), torch.rand(32, 1, generator=generator) * 2 - 1
+    target, weights = torch.randn(32, generator=generator), torch.rand(32, generator=generator) + 0.1
+    q1, q2 = critic(obs, action)  # the reference: autograd on the loss as the docstring writes it
+    loss = (weights * (q1 - target).square()).mean() + (weights * (q2 - target).square()).mean()
+    expected = torch.autograd.grad(loss, list(critic.parameters()))
+
+    for parameter in critic.parameters():
+        parameter.grad = torch.full_like(parameter, 7.0)  # overwritten, not added to
+    q, inputs = critic.values_and_inputs(obs, action)
+    torch.testing.assert_close(q, torch.stack((q1, q2)).detach())
+    critic.write_gradient(inputs, 2.0 * weights * (q - target) / 32)  # dL/dQk = 2 w ek / B
+    for parameter, gradient in zip(critic.parameters(), expected, strict=True):
+        torch.testing.assert_close(parameter.grad, gradient)
 
 
 # -- one update -------------------------------------------------------------------------------------

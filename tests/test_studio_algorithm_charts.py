@@ -1,7 +1,7 @@
 """Each algorithm's own charts and keys in the studio (no browser): the diagnostics grid draws the
 small charts of the metrics a run has (a DQN run its Q-values, TD error, epsilon and replay buffer,
-no PPO's KL; a PPO run no Q-values; several algorithms compared, the union), and the Train form
-shows the chosen algorithm's keys, title and all, and starts a run with them."""
+no PPO's KL; a PPO run no Q-values; an IMPALA run its policy lag; several algorithms compared, the
+union), and the Train form shows the chosen algorithm's keys, title and all, and starts a run with them."""
 
 from __future__ import annotations
 
@@ -50,6 +50,16 @@ def events(count: int, algo: str) -> list[dict]:
             )
         elif algo == "sac":
             event.update(policy_loss=-1.0, entropy=0.9, alpha=0.2, q_value_mean=3.0, td_error_mean=0.2, buffer_size=512)
+        elif algo == "impala":  # fed by actors: its lag and their numbers
+            event.update(
+                policy_loss=-0.02,
+                entropy=0.5,
+                explained_variance=0.3,
+                policy_lag=min(update - 1, 3),
+                queue_depth=1,
+                dropped_batches=0,
+                actors=2,
+            )
         made.append(event)
     return made
 
@@ -76,17 +86,29 @@ def test_a_ppo_run_shows_no_q_values():
     assert set(PPO_ONLY) <= set(shown) and len(shown) == 8
 
 
+def test_an_impala_run_shows_its_policy_lag_and_none_of_the_replay_charts():
+    figure = diagnostics_figure([CurveSource("impala-run", events(6, "impala"), "cartpole")])
+    shown = titles(figure)
+    assert "Policy lag" in shown and not set(DQN_ONLY) & set(shown)
+    assert "Approx. KL" not in shown and "Clip fraction" not in shown  # PPO's ratio: not in IMPALA's update
+    (lag,) = [trace for trace in figure["data"] if trace["yaxis"] == f"y{shown.index('Policy lag') + 1}"]
+    assert lag["y"] == [0, 1, 2, 3, 3, 3]
+
+
 def test_comparing_runs_of_several_algorithms_shows_the_union_in_registry_order():
     sources = [
         CurveSource("ppo-run", events(4, "ppo"), "cartpole"),
         CurveSource("dqn-run", events(5, "dqn"), "cartpole"),
         CurveSource("sac-run", events(3, "sac"), "pendulum"),
+        CurveSource("impala-run", events(4, "impala"), "cartpole"),
     ]
     figure = diagnostics_figure(sources)
     assert titles(figure) == [title for _, title in DIAGNOSTICS]  # each chart some run has
-    assert len(figure["data"]) == 3 * len(DIAGNOSTICS)  # a trace per run and chart, empty where it has none
+    assert len(figure["data"]) == len(sources) * len(DIAGNOSTICS)  # a trace per run and chart, empty where none
     assert figure["layout"]["height"] > diagnostics_figure(sources[:1])["layout"]["height"]  # 4 rows, not 2
-    assert {trace["name"] for trace in figure["data"] if trace["showlegend"]} == {"ppo-run", "dqn-run", "sac-run"}
+    names = {source.label for source in sources}
+    assert {trace["name"] for trace in figure["data"] if trace["showlegend"]} == names  # each run once
+    assert len([trace for trace in figure["data"] if trace["showlegend"]]) == len(sources)
 
 
 def test_no_values_yet_shows_the_waiting_text():

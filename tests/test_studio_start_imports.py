@@ -36,3 +36,37 @@ def test_envs_still_hands_out_its_torch_classes():
     import envs
 
     assert envs.VecEnv.__name__ == "VecEnv" and envs.EpisodeStats.__name__ == "EpisodeStats"
+
+
+def test_the_page_is_made_into_a_web_app_once_at_launch(tmp_path, monkeypatch):
+    """Gradio makes its web app (FastAPI routes, the page's config) when a Blocks is made, closed,
+    queued and launched; the studio skips all but launch's (a third of building the page), and the
+    page launched so still answers."""
+    import urllib.request
+
+    from gradio.routes import App
+
+    from studio.runs import RunManager
+    from studio.ui import build_app, web_app_made_once
+    from trainer.cluster.launch import free_port
+
+    made = []
+    make = App.create_app
+
+    def counted(*args, **kwargs):
+        made.append(1)
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(App, "create_app", staticmethod(counted))
+    with web_app_made_once():
+        demo = build_app(RunManager(tmp_path / "runs", start_fork_server_now=False))
+        demo.queue(default_concurrency_limit=4)
+    assert not made
+    demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    try:
+        assert len(made) == 1
+        with urllib.request.urlopen(demo.local_url, timeout=30) as page:
+            assert page.status == 200 and b"RL Studio" in page.read()
+    finally:
+        demo.close()
+        demo.studio.manager.shutdown()

@@ -315,7 +315,7 @@ def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(
     model_type, action_space, unclipped, weighted, activation, test_device
 ):
     from trainer.algos import ppo_fast as mlp_grad
-    from trainer.algos.ppo import ppo_loss
+    from trainer.algos.ppo_gradient import ppo_loss
 
     spec = make_policy_spec(model_type, gymnasium.spaces.Box(-1, 1, (6,)), action_space)
     torch.manual_seed(0)
@@ -346,7 +346,7 @@ def test_the_written_out_gradient_equals_autograd_of_the_reference_loss(
 
 def test_the_reference_loss_is_the_clipped_surrogate_value_loss_and_entropy_bonus():
     # One sample per case, worked out by hand: the ratio, the clip, the value loss, the entropy.
-    from trainer.algos.ppo import ppo_loss
+    from trainer.algos.ppo_gradient import ppo_loss
 
     policy = discrete_policy(2)
     batch = minibatch_of(policy, 4, obs_size=5)
@@ -371,7 +371,7 @@ def test_the_reference_loss_is_the_clipped_surrogate_value_loss_and_entropy_bonu
 
 def test_the_written_out_gradient_only_for_networks_it_derives_from():
     from trainer.algos import ppo_fast as mlp_grad
-    from trainer.algos.ppo import choose_gradient
+    from trainer.algos.ppo_gradient import choose_gradient
 
     def chosen(policy, **changes) -> str:
         return choose_gradient(policy, settings_for(**changes)).func.__name__

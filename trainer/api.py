@@ -155,10 +155,6 @@ class Model:
         back updated; `episode_start` (B booleans) zeroes it where an episode starts. Any other
         model returns `state` as it was given."""
         session = self._live_session()
-        if session.policy.recurrent:
-            return session.policy.predict(
-                obs, state=state, episode_start=episode_start, deterministic=deterministic, action_masks=action_masks
-            )
         acting = TrainedModel(
             session.policy,
             {
@@ -168,7 +164,9 @@ class Model:
             },
             session.device,
         )
-        return acting.predict(obs, deterministic=deterministic, action_masks=action_masks)[0], state
+        return acting.predict(
+            obs, deterministic=deterministic, state=state, episode_start=episode_start, action_masks=action_masks
+        )
 
     # -- saving and loading ---------------------------------------------------------------------------
 

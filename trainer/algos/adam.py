@@ -106,6 +106,20 @@ def _grad_of(parameter: Tensor) -> Tensor | None:
     return parameter.grad
 
 
+def flat_parameters(module: nn.Module) -> Tensor:
+    """Move every parameter of `module` into views of one flat tensor, returned: a target network
+    then follows its source in one operation (`flat.lerp_(source_flat, tau)`, `flat.copy_(...)`).
+    In the order of `module.parameters()`, which is the order Adam(source) keeps for a copy of it."""
+    parameters = list(module.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in parameters])
+    offset = 0
+    for parameter in parameters:
+        size = parameter.numel()
+        parameter.data = flat[offset : offset + size].view_as(parameter)
+        offset += size
+    return flat
+
+
 def _flatten_into_views(parameters: list[nn.Parameter]) -> tuple[Tensor, Tensor]:
     """Move every parameter (and its gradient) into views of two flat tensors."""
     device = parameters[0].device

@@ -24,11 +24,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trainer.algos.adam import Adam
+from trainer.algos.adam import Adam, flat_parameters
 from trainer.algos.base import Algorithm, Progress, Setup
+from trainer.algos.dqn_fast import q_layers, q_loss_and_gradient
 from trainer.algos.dqn_settings import DQN_LEARNED_METRICS, DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
 from trainer.algos.replay import ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
-from trainer.algos.target_network import frozen_copy, polyak
+from trainer.algos.target_network import frozen_copy
 from trainer.nets.masks import ActionMaskError, masked_argmax, random_allowed
 from trainer.nets.q_network import QNetwork
 
@@ -49,6 +50,9 @@ class DQN(Algorithm):
         self.policy = QNetwork(spec).to(device)
         self.target = frozen_copy(self.policy)
         self.optimizer = Adam(self.policy)  # trainer/algos/adam.py: one flat vector, one step
+        self.target_flat = flat_parameters(self.target)  # copies and Polyak: one operation each
+        # An MLP Q-network gets its gradient written out (trainer/algos/dqn_fast.py); None: autograd.
+        self.layers = q_layers(self.policy)
         self.buffer = ReplayBuffer.for_config(config, self.policy, device)
         self.steps_per_update = config.num_envs * config.num_steps
         self.last_target_copy = 0  # env steps (this process) at the last hard copy
@@ -100,9 +104,11 @@ class DQN(Algorithm):
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
             return metrics
         beta = per_beta_at(config, progress)
+        if self.layers is not None:
+            self.optimizer.check_parameters()  # the written gradient lands in the optimiser's vector
         totals = torch.zeros(3, device=self.setup.device)  # DQN_LEARNED_METRICS: loss, mean Q, mean |TD error|
-        for _ in range(config.gradient_steps):
-            batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)
+        batches = self.buffer.batches(config.gradient_steps, config.mini_batch_size, self.setup.generator, beta)
+        for batch in batches:
             with torch.no_grad():
                 next_q = self.target(batch.next_obs)
                 allowed = batch.next_masks
@@ -114,18 +120,21 @@ class DQN(Algorithm):
                 else:
                     next_value = next_q.masked_fill(~allowed, float("-inf")).max(-1).values
                 target = batch.returns + batch.discounts * next_value
-            q = self.policy(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-            td_error = q - target
-            loss = (batch.weights * td_error.square()).mean()
-            self.optimizer.zero_grad()
-            loss.backward()
+            if self.layers is not None:  # the same loss and gradient, without autograd
+                loss, q, td_error = q_loss_and_gradient(self.layers, batch.obs, batch.actions, target, batch.weights)
+            else:
+                q = self.policy(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+                td_error = q - target
+                loss = (batch.weights * td_error.square()).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
             self.optimizer.step(progress.learning_rate)
             self.buffer.update_priorities(batch.indices, td_error)
-            if config.tau < 1.0:
-                polyak(self.target, self.policy, config.tau)
+            if config.tau < 1.0:  # Polyak: target <- tau online + (1 - tau) target
+                self.target_flat.lerp_(self.optimizer.flat_param, config.tau)
             totals += torch.stack((loss.detach(), q.detach().mean(), td_error.detach().abs().mean()))
         if config.tau >= 1.0 and steps_done - self.last_target_copy >= config.target_update_interval:
-            self.target.load_state_dict(self.policy.state_dict())
+            self.target_flat.copy_(self.optimizer.flat_param)
             self.last_target_copy = steps_done
         learned = dict(zip(DQN_LEARNED_METRICS, (totals / config.gradient_steps).tolist(), strict=True))
         return {**metrics, **learned, "gradient_steps": config.gradient_steps}

@@ -44,7 +44,8 @@ from trainer.algos.impala_settings import (
     check_appo,
     check_impala,
 )
-from trainer.algos.ppo import choose_gradient, ppo_update
+from trainer.algos.ppo import ppo_update
+from trainer.algos.ppo_gradient import choose_gradient
 from trainer.algos.ppo_settings import UpdateBatch, UpdateSettings
 from trainer.algos.vtrace import vtrace
 from trainer.nets.build import build_policy

@@ -19,7 +19,7 @@ from trainer.config.keys import PPO, ROLLOUT, key
 IMPALA_SUMMARY = "V-trace actor-critic: learns from actors' slightly stale experience (Espeholt et al. 2018)"
 APPO_SUMMARY = "asynchronous PPO: the clipped surrogate on V-trace advantages, several epochs per batch"
 
-# What their update returns (trainer/config/metrics.py names, checked when they register).
+# What their update returns (trainer/config/update_metrics.py names, checked when they register).
 # Actor-learner numbers: from the experience source's stats(), null without actors.
 SOURCE_METRICS = ("queue_depth", "dropped_batches", "actors")
 IMPALA_METRICS = (

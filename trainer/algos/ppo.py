@@ -11,7 +11,7 @@
    approximate KL divergence of an epoch passes `target_kl`. With `use_per`, minibatches are
    drawn in proportion to |A|^alpha and the value loss is weighted by importance weights
    (N P(i))^-beta / max (prioritised replay, Schaul et al. 2016, applied to one rollout).
-   `ppo_loss`: the loss of one minibatch, as the paper writes it (its eq. 9, to minimise):
+   `ppo_loss` (trainer/algos/ppo_gradient.py): the loss of one minibatch, as the paper writes it (eq. 9, minimised):
        ratio      = pi(a|s) / pi_old(a|s)
        policy     = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)      (a2c: -ratio * A)
        value      = 0.5 * (V(s) - R)^2                      (optionally clipped around V_old)
@@ -29,7 +29,6 @@ of the statistics at the end of an update (plus one per epoch when `target_kl` i
 
 from __future__ import annotations
 
-import functools
 import importlib
 import math
 from collections.abc import Callable
@@ -37,9 +36,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from trainer.algos import ppo_fast
 from trainer.algos.adam import Adam, OptimizerError  # noqa: F401 (OptimizerError: re-exported)
 from trainer.algos.base import Algorithm, Progress, Setup
+from trainer.algos.ppo_gradient import Gradient, choose_gradient, ratio_statistics
 from trainer.algos.ppo_settings import (
     A2C_SUMMARY,
     PPO_MEAN_METRICS,
@@ -237,7 +236,7 @@ def ppo_update(
             loss_totals += losses
             log_ratios.append(log_ratio)
             steps_taken += 1
-        epoch_ratio_stats = _ratio_statistics(torch.cat(log_ratios), settings.clip_coef)
+        epoch_ratio_stats = ratio_statistics(torch.cat(log_ratios), settings.clip_coef)
         ratio_totals += epoch_ratio_stats
         epochs_taken += 1
         if settings.target_kl is not None and epoch_ratio_stats[0].item() > settings.target_kl:
@@ -284,69 +283,6 @@ def _minibatch_step(
     return losses, log_ratio
 
 
-def ppo_loss(
-    policy: nn.Module, batch: UpdateBatch, advantages: Tensor, value_weights: Tensor | None, settings: UpdateSettings
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The PPO loss of one minibatch (Schulman et al. 2017, eq. 9, negated to minimise), the
-    reference every faster path is tested against.
-
-    Returns (loss, detached (policy loss, value loss, entropy), detached log(pi / pi_old) per
-    sample). `advantages` are the minibatch's (normalised) advantages; `value_weights` the
-    prioritised-replay importance weights, or None.
-    """
-    new_log_prob, entropy, new_value = policy.evaluate(batch.obs, batch.actions, batch.action_masks)
-    return ppo_objective(new_log_prob, entropy, new_value, batch, advantages, value_weights, settings)
-
-
-def ppo_objective(
-    new_log_prob: Tensor,
-    entropy: Tensor,
-    new_value: Tensor,
-    batch: UpdateBatch,
-    advantages: Tensor,
-    value_weights: Tensor | None,
-    settings: UpdateSettings,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """`ppo_loss` from the network's log pi(a|s), entropy and V(s) of the minibatch's samples
-    (shared by the recurrent update, trainer/algos/recurrent_ppo.py, which gets them from sequences);
-    `batch` gives log_probs, values and returns, flat as those."""
-    log_ratio = new_log_prob - batch.log_probs
-    ratio = log_ratio.exp()  # r = pi(a|s) / pi_old(a|s)
-
-    # Policy loss: the clipped surrogate objective, -min(r A, clip(r, 1 - eps, 1 + eps) A).
-    # (a2c: -r A, whose gradient at r = 1 is the plain policy gradient -A grad log pi.)
-    surrogate = ratio * advantages
-    if settings.unclipped:
-        policy_loss = -surrogate.mean()
-    else:
-        clipped_surrogate = ratio.clamp(1.0 - settings.clip_coef, 1.0 + settings.clip_coef) * advantages
-        policy_loss = -torch.min(surrogate, clipped_surrogate).mean()
-
-    # Value loss: 0.5 (V(s) - R)^2 to the GAE returns R, optionally clipped around the old values.
-    value_error = (new_value - batch.returns).square()
-    if settings.clip_vloss:
-        clipped_value = batch.values + (new_value - batch.values).clamp(-settings.clip_coef, settings.clip_coef)
-        value_error = torch.max(value_error, (clipped_value - batch.returns).square())
-    if value_weights is not None:
-        value_error = value_error * value_weights
-    value_loss = 0.5 * value_error.mean()
-
-    # Entropy bonus: subtracted, so minimising the loss keeps the policy exploring.
-    entropy_bonus = entropy.mean()
-    loss = policy_loss - settings.ent_coef * entropy_bonus + settings.vf_coef * value_loss
-    with torch.no_grad():
-        return loss, torch.stack((policy_loss, value_loss, entropy_bonus)), log_ratio.detach()
-
-
-@torch.no_grad()
-def _ratio_statistics(log_ratio: Tensor, clip_coef: float) -> Tensor:
-    """(approx KL, clip fraction) over samples: how far the update moved the policy."""
-    ratio_minus_one = log_ratio.exp() - 1.0
-    approx_kl = (ratio_minus_one - log_ratio).mean()  # the k3 estimator of KL(old || new)
-    clip_fraction = (ratio_minus_one.abs() > clip_coef).float().mean()
-    return torch.stack((approx_kl, clip_fraction))
-
-
 class _PrioritySampler:
     """Minibatch rows drawn with probability proportional to |advantage|^alpha."""
 
@@ -368,47 +304,3 @@ def explained_variance(return_variance: float, residual_variance: float) -> floa
     if not return_variance or math.isnan(return_variance):
         return None
     return 1.0 - residual_variance / return_variance
-
-
-# ---------------------------------------------------------------------------------------------
-# 4. The gradient: written out for the MLP policies, autograd for the rest
-
-# (optimizer, minibatch, its advantages, value weights, settings) -> writes every parameter's
-# gradient; returns ((policy loss, value loss, entropy), log(pi / pi_old) per sample), detached.
-Gradient = Callable[[Adam, UpdateBatch, Tensor, "Tensor | None", UpdateSettings], tuple[Tensor, Tensor]]
-
-
-def choose_gradient(policy: nn.Module, settings: UpdateSettings) -> Gradient:
-    """The one place that decides how the update gets the gradient of `ppo_loss`: written out
-    (trainer/algos/ppo_fast.py) for the MLP policies it can derive (`structure_of`) unless
-    clip_vloss (which it does not take), else autograd. It depends only on the network's
-    structure and the settings, so PPO decides it once."""
-    structure = ppo_fast.structure_of(policy)
-    if structure is None or settings.clip_vloss:
-        return functools.partial(_autograd_gradient, policy)
-    return functools.partial(_written_out_gradient, structure)
-
-
-def _autograd_gradient(
-    policy: nn.Module,
-    optimizer: Adam,
-    batch: UpdateBatch,
-    advantages: Tensor,
-    value_weights: Tensor | None,
-    settings: UpdateSettings,
-) -> tuple[Tensor, Tensor]:
-    optimizer.zero_grad()
-    loss, losses, log_ratio = ppo_loss(policy, batch, advantages, value_weights, settings)
-    loss.backward()
-    return losses, log_ratio
-
-
-def _written_out_gradient(
-    structure: ppo_fast.MLPStructure,
-    optimizer: Adam,
-    batch: UpdateBatch,
-    advantages: Tensor,
-    value_weights: Tensor | None,
-    settings: UpdateSettings,
-) -> tuple[Tensor, Tensor]:
-    return ppo_fast.ppo_loss_and_gradient(structure, batch, advantages, value_weights, settings)

@@ -3,7 +3,7 @@
 Why: on a CPU, a minibatch step of a small network is launch-bound. Autograd records a node
 for every op of the forward pass and runs each node of the backward pass through its engine.
 For an MLP actor and an MLP critic the gradient is short enough to write down, so this module
-computes it directly: the same values as autograd on the reference loss `ppo.ppo_loss` to
+computes it directly: the same values as autograd on the reference loss `ppo_gradient.ppo_loss` to
 float32 rounding (tests/test_trainer_ppo.py compares the two), in less time (README, "speed").
 
 What it knows of the network it derives from the modules once, when the optimiser is built
@@ -92,12 +92,12 @@ def ppo_loss_and_gradient(
     settings: UpdateSettings,
 ) -> tuple[Tensor, Tensor]:
     """Write d(loss)/d(parameter) into every parameter's `.grad` (overwriting it); the same
-    arguments as `ppo.ppo_loss`, whose gradient this is (it does not take `clip_vloss`).
+    arguments as `ppo_gradient.ppo_loss`, whose gradient this is (it does not take `clip_vloss`).
 
     Returns (policy loss, value loss, entropy) as one tensor and log(pi / pi_old) per sample.
     """
     if settings.clip_vloss:
-        raise ValueError("the written-out gradient has no clipped value loss (clip_vloss): use ppo.ppo_loss")
+        raise ValueError("the written-out gradient has no clipped value loss (clip_vloss): use ppo_gradient.ppo_loss")
     policy = structure.policy
     size = batch.obs.shape[0]
     inputs = batch.obs.reshape(size, -1)

@@ -169,7 +169,7 @@ register(
     "trainer.algos.impala:IMPALA",
     summary=IMPALA_SUMMARY,
     keys=ImpalaKeys,
-    check=check_impala,
+    check=with_recurrent_check(check_impala),
     metric_names=IMPALA_METRICS,
 )
 register(
@@ -177,6 +177,6 @@ register(
     "trainer.algos.impala:APPO",
     summary=APPO_SUMMARY,
     keys=APPOKeys,
-    check=check_appo,
+    check=with_recurrent_check(check_appo),
     metric_names=APPO_METRICS,
 )

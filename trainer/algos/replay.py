@@ -24,8 +24,8 @@ estimated before a run starts by trainer/config/preflight.py's `replay_bytes`, f
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -46,6 +46,15 @@ class ReplayBatch:
     weights: Tensor  # (B,) importance-sampling weights (ones when uniform)
     indices: Tensor  # (B,) int64 items, for update_priorities
     next_masks: Tensor | None = None  # (B, n) bool: the actions allowed at next_obs (masked envs)
+
+    def part(self, start: int, stop: int) -> ReplayBatch:
+        """Items start..stop-1 (views, no copy)."""
+        return ReplayBatch(
+            **{
+                field.name: None if (value := getattr(self, field.name)) is None else value[start:stop]
+                for field in fields(self)
+            }
+        )
 
 
 class ReplayBuffer:
@@ -152,6 +161,21 @@ class ReplayBuffer:
     def _row_items(self, row: int) -> Tensor:
         return row * self.num_envs + self.env_index
 
+    def batches(
+        self, count: int, batch_size: int, generator: torch.Generator, beta: float = 0.4
+    ) -> Iterator[ReplayBatch]:
+        """`count` minibatches, one per gradient step of an update. Uniform: all drawn and gathered
+        at once (the buffer does not change during an update, so this is the same as drawing them
+        one by one, with a fraction of the indexing operations). Prioritised: one at a time, each
+        drawn after the previous step updated its priorities."""
+        if self.tree is not None:
+            for _ in range(count):
+                yield self.sample(batch_size, generator, beta)
+            return
+        together = self.sample(count * batch_size, generator, beta)
+        for step in range(count):
+            yield together.part(step * batch_size, (step + 1) * batch_size)
+
     def sample(self, batch_size: int, generator: torch.Generator, beta: float = 0.4) -> ReplayBatch:
         device = self.obs.device
         if self.tree is None:
@@ -171,31 +195,42 @@ class ReplayBuffer:
             probabilities = self.tree.get(indices) / total
             weights = (self.sampleable_rows * self.num_envs * probabilities) ** -beta
             weights = (weights / weights.max()).float()
-            rows, envs = indices // self.num_envs, indices % self.num_envs
-        return self._windows(rows, envs, indices, weights)
+            rows = indices // self.num_envs
+        return self._windows(rows, indices, weights)
 
-    def _windows(self, rows: Tensor, envs: Tensor, indices: Tensor, weights: Tensor) -> ReplayBatch:
+    def _items(self, field: Tensor, items: Tensor) -> Tensor:
+        """field[row, env] for flat items row * num_envs + env, any shape of `items` (one index_select)."""
+        flat = field.view(self.rows * self.num_envs, *field.shape[2:])
+        return flat.index_select(0, items.reshape(-1)).view(*items.shape, *field.shape[2:])
+
+    def _windows(self, rows: Tensor, indices: Tensor, weights: Tensor) -> ReplayBatch:
         """The n-step returns, last observations and discounts of the items (row, env)."""
-        window_rows = (rows.unsqueeze(1) + self.window) % self.rows  # (B, n)
-        window_envs = envs.unsqueeze(1).expand_as(window_rows)
-        rewards = self.rewards[window_rows, window_envs]
-        done = self.done[window_rows, window_envs].float()
-        # Step k counts while no earlier step of the window ended the episode.
-        alive = torch.cat((torch.ones_like(done[:, :1]), torch.cumprod(1.0 - done[:, :-1], 1)), 1)
-        returns = (rewards * alive * self.discount_powers[: self.n_step]).sum(1)
-        last = alive.sum(1).long() - 1
-        last_rows = window_rows.gather(1, last.unsqueeze(1)).squeeze(1)
-        ended = self.terminated[last_rows, envs]
-        discounts = self.discount_powers[last + 1] * (~ended).float()
+        if self.n_step == 1:  # the window is the item itself
+            last_items = indices
+            returns = self._items(self.rewards, indices)
+            discounts = self.discount_powers[1] * (~self._items(self.terminated, indices)).float()
+        else:
+            envs = indices - rows * self.num_envs
+            window_rows = (rows.unsqueeze(1) + self.window) % self.rows  # (B, n)
+            window_items = window_rows * self.num_envs + envs.unsqueeze(1)
+            rewards = self._items(self.rewards, window_items)
+            done = self._items(self.done, window_items).float()
+            # Step k counts while no earlier step of the window ended the episode.
+            alive = torch.cat((torch.ones_like(done[:, :1]), torch.cumprod(1.0 - done[:, :-1], 1)), 1)
+            returns = (rewards * alive * self.discount_powers[: self.n_step]).sum(1)
+            last = alive.sum(1).long() - 1
+            last_items = window_items.gather(1, last.unsqueeze(1)).squeeze(1)
+            ended = self._items(self.terminated, last_items)
+            discounts = self.discount_powers[last + 1] * (~ended).float()
         return ReplayBatch(
-            obs=self.obs[rows, envs],
-            actions=self.actions[rows, envs],
+            obs=self._items(self.obs, indices),
+            actions=self._items(self.actions, indices),
             returns=returns,
-            next_obs=self.next_obs[last_rows, envs],
+            next_obs=self._items(self.next_obs, last_items),
             discounts=discounts,
             weights=weights,
             indices=indices,
-            next_masks=None if self.next_masks is None else self.next_masks[last_rows, envs],
+            next_masks=None if self.next_masks is None else self._items(self.next_masks, last_items),
         )
 
     def update_priorities(self, indices: Tensor, errors: Tensor) -> None:

@@ -35,11 +35,11 @@ import math
 import torch
 from torch import Tensor, nn
 
-from trainer.algos.adam import Adam
+from trainer.algos.adam import Adam, flat_parameters
 from trainer.algos.base import Algorithm, Progress, Setup
 from trainer.algos.replay import ReplayBatch, ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
 from trainer.algos.sac_settings import SAC_METRICS, SAC_SUMMARY, SACKeys, check_sac
-from trainer.algos.target_network import frozen_copy, polyak
+from trainer.algos.target_network import frozen_copy
 from trainer.nets.sac_actor import SquashedGaussianActor, TwinQ
 
 # What `_critic_step` returns, in its order (metrics of trainer/config/metrics.py)
@@ -60,8 +60,9 @@ class SAC(Algorithm):
         one_process_only(setup)
         # The actor refuses discrete actions and unbounded ones (a ModelError that names the fix).
         self.policy = SquashedGaussianActor({**setup.policy_spec, "network": "squashed-gaussian"}).to(device)
-        self.critic = TwinQ(self.policy.spec).to(device)
+        self.critic = TwinQ(self.policy.spec).to(device)  # Q1 and Q2 as one ensemble: (2, B) values
         self.critic_target = frozen_copy(self.critic)
+        self.critic_target_flat = flat_parameters(self.critic_target)  # Polyak: one lerp_ of one vector
         action_dim = self.policy.action_size
         self.target_entropy = float(config.target_entropy if config.target_entropy is not None else -action_dim)
         self.entropy_coefficient = LogAlpha(math.log(max(config.alpha, 1e-30))).to(device)
@@ -113,18 +114,20 @@ class SAC(Algorithm):
             return self._metrics(None, None, None, 0)
         self.learning_rate = progress.learning_rate
         beta = per_beta_at(config, progress)
+        self.critic_optimizer.check_parameters()  # the written critic gradient lands in its vector
         critic_totals = torch.zeros(len(CRITIC_METRICS), device=self.setup.device)
         actor_total = torch.zeros((), device=self.setup.device)
         actor_steps = 0
-        for _ in range(config.gradient_steps):
-            batch = self.buffer.sample(config.mini_batch_size, self.setup.generator, beta)
+        batches = self.buffer.batches(config.gradient_steps, config.mini_batch_size, self.setup.generator, beta)
+        for batch in batches:
             critic_totals += self._critic_step(batch)
             self.gradient_step += 1
             if self.gradient_step % config.policy_frequency == 0:
                 for _ in range(config.policy_frequency):
                     actor_total += self._actor_step(batch.obs)
                     actor_steps += 1
-            polyak(self.critic_target, self.critic, config.tau)
+            # Polyak: target <- tau critic + (1 - tau) target, every parameter in one operation
+            self.critic_target_flat.lerp_(self.critic_optimizer.flat_param, config.tau)
         host = torch.cat((critic_totals / config.gradient_steps, torch.stack((actor_total, self.alpha)))).tolist()
         critic, (actor_sum, alpha) = host[: len(CRITIC_METRICS)], host[len(CRITIC_METRICS) :]
         policy_loss = actor_sum / actor_steps if actor_steps else None  # None: no actor step in this update
@@ -147,30 +150,30 @@ class SAC(Algorithm):
             next_actions, next_log_prob = self.policy.sample(batch.next_obs, self.setup.generator)
             next_q1, next_q2 = self.critic_target(batch.next_obs, next_actions)
             target = soft_target(batch.returns, batch.discounts, next_q1, next_q2, next_log_prob, self.alpha)
-        q1, q2 = self.critic(batch.obs, batch.actions)
-        error1, error2 = q1 - target, q2 - target
-        loss = (batch.weights * error1.square()).mean() + (batch.weights * error2.square()).mean()
-        _step(self.critic_optimizer, loss, self.learning_rate)
+        # The critic loss and its gradient, written out (no autograd: trainer/nets/ensemble.py):
+        #   loss = mean(w e1^2) + mean(w e2^2),  dL/dQk = 2 w ek / B,  ek = Qk(s, a) - target
+        q, inputs = self.critic.values_and_inputs(batch.obs, batch.actions)  # (2, B): Q1 and Q2
+        error = q - target
+        loss = (batch.weights * error.square()).mean(-1).sum()
+        self.critic.write_gradient(inputs, (batch.weights * error).mul_(2.0 / error.shape[-1]))
+        self.critic_optimizer.step(self.learning_rate)
         with torch.no_grad():
-            td_error = 0.5 * (error1.abs() + error2.abs())
+            td_error = error.abs().mean(0)  # (|e1| + |e2|) / 2
             if self.setup.config.use_per:
                 self.buffer.update_priorities(batch.indices, td_error)
-            q_mean = 0.5 * (q1.mean() + q2.mean())
-            return torch.stack((loss.detach(), q_mean, td_error.mean(), -next_log_prob.mean()))
+            return torch.stack((loss.detach(), q.mean(), td_error.mean(), -next_log_prob.mean()))
 
     def _actor_step(self, obs: Tensor) -> Tensor:
         """One step of the actor (and of alpha when `autotune`) on a minibatch's observations; the
         actor loss, detached."""
         actions, log_prob = self.policy.sample(obs, self.setup.generator)
-        q1, q2 = self.critic(obs, actions)
-        loss = (self.alpha * log_prob - torch.min(q1, q2)).mean()
-        _step(self.actor_optimizer, loss, self.learning_rate)
+        loss = (self.alpha * log_prob - self.critic(obs, actions).amin(0)).mean()  # amin: min(Q1, Q2)
+        # The gradient reaches the actor only: the critics' weights need none (the engine skips it).
+        _step(self.actor_optimizer, loss, self.learning_rate, inputs=self.actor_optimizer.parameters)
         if self.setup.config.autotune:  # on the log-probabilities the actor step saw (as SB3)
-            _step(
-                self.alpha_optimizer,
-                alpha_loss(self.log_alpha, log_prob.detach(), self.target_entropy),
-                self.learning_rate,
-            )
+            optimizer = self.alpha_optimizer
+            optimizer.flat_grad.copy_(alpha_loss_gradient(self.log_alpha, log_prob.detach(), self.target_entropy))
+            optimizer.step(self.learning_rate)
         return loss.detach()
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -216,9 +219,15 @@ def alpha_loss(log_alpha: Tensor, log_prob: Tensor, target_entropy: float) -> Te
     return (-log_alpha.exp() * (log_prob + target_entropy)).mean()
 
 
-def _step(optimizer: Adam, loss: Tensor, learning_rate: float) -> None:
+def alpha_loss_gradient(log_alpha: Tensor, log_prob: Tensor, target_entropy: float) -> Tensor:
+    """d alpha_loss / d log_alpha = -alpha mean(log pi(a|s) + target_entropy), written out: one
+    scalar, without a backward pass (tests/test_sac.py holds it to autograd of `alpha_loss`)."""
+    return -log_alpha.detach().exp() * (log_prob.mean() + target_entropy)
+
+
+def _step(optimizer: Adam, loss: Tensor, learning_rate: float, inputs: list[Tensor] | None = None) -> None:
     optimizer.zero_grad()
-    loss.backward()
+    loss.backward(inputs=inputs)
     optimizer.step(learning_rate)
 
 

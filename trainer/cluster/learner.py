@@ -123,7 +123,9 @@ def host_actor_learner(
             learner = spawn.Process(target=learner_process, args=({**setup, "generation": generation},))
             learner.start()
             learner.join()
-            if learner.exitcode == 0 or stopping:
+            if learner.exitcode == EXIT_INTERRUPTED and not stopping:  # SIGTERM to the learner alone
+                stopping.append("SIGTERM to the learner")
+            if learner.exitcode == EXIT_OK or stopping:
                 code = EXIT_INTERRUPTED if stopping else EXIT_OK
                 break
             if restarts >= config.max_restarts:
@@ -175,15 +177,18 @@ def learner_process(setup: dict) -> None:
     )
     sinks = [LogSink(stream=sys.stdout, log_interval=config.log_interval, timestamps=False)]
     try:
-        train(config, run_dir, sinks, stop, holds_a_run(run_dir, config), preflight=False, experience=hub.start())
+        result = train(
+            config, run_dir, sinks, stop, holds_a_run(run_dir, config), preflight=False, experience=hub.start()
+        )
         connect_store(*address).set(run_key(setup["run_id"], "finished"), "1")  # the actors end, not wait
     finally:
         hub.close()
     # Done, and everything written: leave without the interpreter's teardown, which would destroy
-    # gloo's threads of pairs still closing (std::terminate, a false "Learner lost").
+    # gloo's threads of pairs still closing (std::terminate, a false "Learner lost"). A stopped run
+    # (SIGTERM, also while it waited for a batch) says so: the master then restarts nothing.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(EXIT_OK if result.status == "finished" else EXIT_INTERRUPTED)
 
 
 def join_as_actor(master: str, token: str | None, allow_custom_envs: bool, say=print, stop=None) -> int:

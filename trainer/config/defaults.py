@@ -113,6 +113,16 @@ UNTUNED_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# What another rollout algorithm changes in its kind's table: the table's keys it refuses, with the
+# value it accepts (the table is PPO's; a key an algorithm does not take at all is left out when
+# its config is merged, trainer/config/loading.py). A2C makes one pass over a rollout; IMPALA and
+# APPO learn from batches that actors played with the env's own observations and rewards.
+UNTUNED_CHANGES: dict[str, dict[str, Any]] = {
+    "a2c": {"update_epochs": 1},
+    "impala": {"norm_obs": False, "norm_reward": False},
+    "appo": {"norm_obs": False, "norm_reward": False},
+}
+
 
 # The replay algorithms start from their own (PPO's rollout keys mean nothing to them): a few
 # envs, one step each per update, a constant learning rate; their own keys keep their declared
@@ -130,7 +140,12 @@ def untuned_defaults(env: Any, algo: str = "ppo") -> dict[str, Any]:
     if algo in UNTUNED_REPLAY_DEFAULTS:
         return dict(UNTUNED_REPLAY_DEFAULTS[algo])
     kind = action_kind_of_env(env) if isinstance(env, str) else action_kind(env)
-    return dict(UNTUNED_DEFAULTS.get(kind or "", {}))
+    return _changed(UNTUNED_DEFAULTS.get(kind or "", {}), algo)
+
+
+def _changed(table: dict[str, Any], algo: str) -> dict[str, Any]:
+    """`table` with `algo`'s UNTUNED_CHANGES to the keys it sets."""
+    return {name: UNTUNED_CHANGES.get(algo, {}).get(name, value) for name, value in table.items()}
 
 
 def with_untuned_defaults(settings: dict) -> dict:
@@ -181,14 +196,22 @@ def action_kind_of_env(env_name: Any) -> str | None:
 
 
 def untuned_defaults_markdown() -> str:
-    """`UNTUNED_DEFAULTS` and `UNTUNED_REPLAY_DEFAULTS` as a Markdown table, for the docs."""
+    """`UNTUNED_DEFAULTS`, `UNTUNED_CHANGES` and `UNTUNED_REPLAY_DEFAULTS` as a Markdown table, for the docs."""
     lines = ["| algorithm, actions | settings (every other key: its declared default) |", "|---|---|"]
-    rows = [(f"ppo / a2c, {ACTION_KINDS[kind]}", table) for kind, table in UNTUNED_DEFAULTS.items()]
-    rows += [(f"{algo}, any env", table) for algo, table in UNTUNED_REPLAY_DEFAULTS.items()]
-    for label, table in rows:
-        settings = ", ".join(f"`{name}` {markdown_value(value)}" for name, value in table.items())
-        lines.append(f"| {label} | {settings or 'the declared defaults'} |")
+    for kind, table in UNTUNED_DEFAULTS.items():
+        changing = [algo for algo in UNTUNED_CHANGES if _changed(table, algo) != table]
+        same = " / ".join(["ppo", *(algo for algo in UNTUNED_CHANGES if algo not in changing)])
+        lines.append(f"| {same}, {ACTION_KINDS[kind]} | {_settings_markdown(table) or 'the declared defaults'} |")
+        for algo in changing:
+            changes = {name: value for name, value in _changed(table, algo).items() if value != table[name]}
+            lines.append(f"| {algo}, {ACTION_KINDS[kind]} | ppo's, but {_settings_markdown(changes)} |")
+    for algo, table in UNTUNED_REPLAY_DEFAULTS.items():
+        lines.append(f"| {algo}, any env | {_settings_markdown(table)} |")
     return "\n".join(lines)
+
+
+def _settings_markdown(table: dict[str, Any]) -> str:
+    return ", ".join(f"`{name}` {markdown_value(value)}" for name, value in table.items())
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:

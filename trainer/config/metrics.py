@@ -3,10 +3,12 @@
 Each output derives its list from `REGISTRY`: the `metrics` event's fields (EVENT_SCHEMA in
 trainer/run/events.py), the TensorBoard scalars, the studio's charts (studio/charts.py) and CSV
 export (studio/views.py), the Prometheus exporter (trainer/serving/metrics_export.py) and the
-README's tables (docs/build.py). A new metric is one `Metric(...)` entry here, plus
-the code that computes it; tests/test_metric_registry.py fails on a metric listed anywhere else.
-Which `update` metrics an algorithm emits, it declares itself (`metric_names`, checked here by
-`check_update_metrics` when it registers): no algorithm is named in this file.
+README's tables (docs/build.py). A new metric is one `Metric(...)` entry here, plus the code that
+computes it; an algorithm's (`update`) metric is one entry of trainer/config/update_metrics.py,
+the family `REGISTRY` places among the run's own. tests/test_metric_registry.py fails on a metric
+listed anywhere else. Which `update` metrics an algorithm emits, it declares itself
+(`metric_names`, checked here by `check_update_metrics` when it registers): no algorithm is named
+in this file.
 
 Here, in the lowest room, so that algorithms, the run, serving and the studio all read it
 (stdlib only: the studio imports it without torch).
@@ -24,8 +26,8 @@ from trainer.config.metric_kinds import (  # noqa: F401 (SOURCES, PROMETHEUS_*: 
     diagnostic,
     exporter,
     machine,
-    update_metric,
 )
+from trainer.config.update_metrics import UPDATE_METRICS
 
 REGISTRY: tuple[Metric, ...] = (
     # Fields of every metrics event (in the order of the CSV export's columns)
@@ -91,127 +93,7 @@ REGISTRY: tuple[Metric, ...] = (
         tensorboard="charts/recent_return_mean",
         prometheus=Exported("recent_episode_return_mean"),
     ),
-    update_metric(
-        "policy_loss",
-        "Policy (actor) loss of the last update, mean over its minibatches.",
-        "–",
-        must_be_finite=True,
-        charts=(diagnostic("Policy loss", 2),),
-        csv=True,
-        tensorboard="losses/policy_loss",
-        prometheus=Exported("policy_loss", help="Policy (actor) loss of the last update; NaN when not finite."),
-    ),
-    update_metric(
-        "value_loss",
-        "Value (critic) loss of the last update, mean over its minibatches.",
-        "–",
-        must_be_finite=True,
-        charts=(diagnostic("Value loss", 3),),
-        csv=True,
-        tensorboard="losses/value_loss",
-        prometheus=Exported("value_loss", help="Value (critic) loss of the last update; NaN when not finite."),
-    ),
-    update_metric(
-        "entropy",
-        "Policy entropy in the last update: how random the actions still are.",
-        "nats",
-        must_be_finite=True,
-        charts=(diagnostic("Entropy", 4),),
-        csv=True,
-        tensorboard="losses/entropy",
-        prometheus=Exported("entropy", help="Policy entropy (nats) in the last update."),
-    ),
-    update_metric(
-        "approx_kl",
-        "Approximate KL divergence between the old and new policy.",
-        "nats",
-        must_be_finite=True,
-        charts=(diagnostic("Approx. KL", 5),),
-        csv=True,
-        tensorboard="losses/approx_kl",
-        prometheus=Exported("approx_kl"),
-    ),
-    update_metric(
-        "clip_fraction",
-        "Share of samples whose probability ratio was clipped in the last update.",
-        "0-1",
-        charts=(diagnostic("Clip fraction", 7),),
-        csv=True,
-        tensorboard="losses/clip_fraction",
-        prometheus=Exported("clip_fraction_ratio", help="Share (0-1) of samples whose ratio was clipped."),
-    ),
-    update_metric(
-        "explained_variance",
-        "How much of the returns' variance the value function explains (1: all, 0 or less: no better than a constant).",
-        "–",
-        charts=(diagnostic("Explained variance", 1),),
-        csv=True,
-        tensorboard="losses/explained_variance",
-    ),
-    # Off-policy diagnostics (DQN, SAC): in the events of the algorithms that return them
-    update_metric(
-        "q_value_mean",
-        "Mean Q-value of the actions in the last update's sampled minibatches: what the critic expects to earn.",
-        "return",
-        must_be_finite=True,
-        charts=(diagnostic("Q-values", 8),),
-        csv=True,
-        tensorboard="losses/q_value_mean",
-        prometheus=Exported("q_value_mean"),
-    ),
-    update_metric(
-        "td_error_mean",
-        "Mean absolute TD error of the last update's sampled minibatches (what prioritised replay samples by).",
-        "return",
-        must_be_finite=True,
-        charts=(diagnostic("TD error", 9),),
-        csv=True,
-        tensorboard="losses/td_error_mean",
-        prometheus=Exported("td_error_mean"),
-    ),
-    update_metric(
-        "epsilon",
-        "DQN's exploration rate in the last update: the share of random actions.",
-        "0-1",
-        charts=(diagnostic("Epsilon", 10),),
-        csv=True,
-        tensorboard="charts/epsilon",
-        prometheus=Exported("epsilon_ratio", help="DQN's exploration rate (0-1) in the last update."),
-    ),
-    update_metric(
-        "alpha",
-        "SAC's entropy coefficient in the last update (tuned automatically unless fixed).",
-        "–",
-        must_be_finite=True,
-        charts=(diagnostic("Entropy coef. (alpha)", 11),),
-        csv=True,
-        tensorboard="losses/alpha",
-        prometheus=Exported("sac_alpha"),
-    ),
-    update_metric(
-        "buffer_size",
-        "Transitions held by the replay buffer after the last update.",
-        "transitions",
-        charts=(diagnostic("Replay buffer", 12),),
-        csv=True,
-        tensorboard="charts/buffer_size",
-        prometheus=Exported("replay_buffer_transitions"),
-    ),
-    update_metric(
-        "policy_lag",
-        "Learner updates between the weights that played the last update's batch and that update (0: no actors).",
-        "updates",
-        charts=(diagnostic("Policy lag", 13),),
-        csv=True,
-        prometheus=Exported("policy_lag_updates"),
-    ),
-    update_metric(
-        "queue_depth", "Batches waiting for the learner.", "batches", csv=True, prometheus=Exported("queue_depth")
-    ),
-    update_metric(
-        "dropped_batches", "Batches dropped so far.", "batches", prometheus=Exported("dropped_batches_total", "counter")
-    ),
-    update_metric("actors", "Actors connected to the learner.", "actors", csv=True, prometheus=Exported("actors")),
+    *UPDATE_METRICS,  # computed by an algorithm's update: trainer/config/update_metrics.py
     Metric(
         "learning_rate",
         "Learning rate of the last update.",
@@ -247,13 +129,6 @@ REGISTRY: tuple[Metric, ...] = (
     ),
     Metric("episodes_this_update", "Episodes finished in the last update.", "episodes", event="optional"),
     Metric("total_timesteps", "Steps the run takes in all (rounded up to whole updates).", "steps", event="optional"),
-    Metric(
-        "gradient_steps",
-        "Gradient steps (minibatches) of the last update; fewer when target_kl stopped it.",
-        "steps",
-        source="update",
-        event="optional",
-    ),
     Metric("final_update", "True on the run's last update.", "true/false", event="optional"),
     # Computed by the Prometheus exporter at scrape time, per run
     exporter(
@@ -310,8 +185,8 @@ def check_update_metrics(algo: str, names: tuple[str, ...]) -> tuple[str, ...]:
     if unknown:
         raise ValueError(
             f"algorithm {algo!r} declares update metrics {unknown}, which are not `update` metrics of "
-            f"the registry: declare them in trainer/config/metrics.py (the update ones: "
-            f"{', '.join(metrics_of('update'))})"
+            f"the registry (trainer/config/metrics.py): declare them in trainer/config/update_metrics.py "
+            f"(the update ones: {', '.join(metrics_of('update'))})"
         )
     return tuple(names)
 

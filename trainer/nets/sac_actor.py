@@ -8,8 +8,8 @@ variables of the tanh (Haarnoja et al. 2018, appendix C):
                 = log N(u; mu, sigma) - sum_i 2 (log 2 - u_i - softplus(-2 u_i))   (the stable form)
 
 Playing deterministically takes tanh(mu(s)). `TwinQ` holds Q1 and Q2 (s, a) -> value, MLPs on
-the flat observation and the action in [-1, 1] (the critic lives in the algorithm's state, not in
-the model file).
+the flat observation and the action in [-1, 1], evaluated together as one ensemble
+(trainer/nets/ensemble.py); the critic lives in the algorithm's state, not in the model file.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trainer.nets.ensemble import EnsembleMLP, stack_separate_mlps
 from trainer.nets.playing import PlayingNetwork
 from trainer.nets.spec import ModelError
-from trainer.nets.torso import body, hidden_sizes, mlp, obs_size
+from trainer.nets.torso import body, hidden_sizes, obs_size
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's bounds on log sigma
 LOG_2PI = math.log(2 * math.pi)
@@ -94,17 +95,32 @@ class SquashedGaussianActor(PlayingNetwork):
 
 
 class TwinQ(nn.Module):
-    """Q1(s, a) and Q2(s, a) for actions in [-1, 1], each an MLP (ReLU) on [flat s, a]."""
+    """Q1(s, a) and Q2(s, a) for actions in [-1, 1], two MLPs (ReLU) on [flat s, a], evaluated as
+    one `EnsembleMLP` (one batched matmul per layer for both)."""
 
     def __init__(self, spec: dict):
         super().__init__()
         if spec["model_type"] == "ppo-cnn":
             raise ModelError("SAC here takes vector observations (an MLP model_type), not ppo-cnn")
         inputs = obs_size(spec) + spec["action"]["dim"]
-        hidden = hidden_sizes(spec)
-        self.q1 = mlp(inputs, hidden, 1, 1.0, nn.ReLU)
-        self.q2 = mlp(inputs, hidden, 1, 1.0, nn.ReLU)
+        self.q = EnsembleMLP(2, inputs, hidden_sizes(spec), 1, 1.0, nn.ReLU)
+        # Checkpoints of the two separate MLPs (`q1`, `q2`) still load.
+        self._register_load_state_dict_pre_hook(_from_separate_critics)
 
-    def forward(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, obs: Tensor, action: Tensor) -> Tensor:
+        """(2, B): row k is Qk(s, a), so that `q1, q2 = critic(obs, action)`."""
         joined = torch.cat((obs.reshape(obs.shape[0], -1), action), -1)
-        return self.q1(joined).squeeze(-1), self.q2(joined).squeeze(-1)
+        return self.q(joined).squeeze(-1)
+
+    def values_and_inputs(self, obs: Tensor, action: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """`forward` without autograd, and what `write_gradient` needs."""
+        q, inputs = self.q.forward_with_inputs(torch.cat((obs.reshape(obs.shape[0], -1), action), -1))
+        return q.squeeze(-1), inputs
+
+    def write_gradient(self, inputs: list[Tensor], grad_values: Tensor) -> None:
+        """dL/d(parameters) into their `.grad` from dL/dQ, (2, B)."""
+        self.q.write_gradient(inputs, grad_values.unsqueeze(-1))
+
+
+def _from_separate_critics(state: dict, prefix: str, *_) -> None:
+    stack_separate_mlps(state, prefix, ["q1", "q2"], "q")

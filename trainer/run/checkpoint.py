@@ -265,11 +265,19 @@ class TrainedModel:
     @torch.no_grad()
     def predict(
         self, obs, deterministic: bool = True, state: Any = None, episode_start: Any = None, action_masks: Any = None
-    ) -> tuple[np.ndarray, None]:
-        """Actions for `obs`; the second value is the recurrent state (always None here),
-        as in Stable-Baselines3. `action_masks` (discrete actions; sb3-contrib's keyword): the
-        allowed actions, bools of shape (n,) for one observation or (B, n) for a batch; forbidden
-        ones are never chosen (trainer/nets/masks.py)."""
+    ) -> tuple[np.ndarray, Any]:
+        """(actions, state) for `obs`, as in Stable-Baselines3. `action_masks` (discrete actions;
+        sb3-contrib's keyword): the allowed actions, bools of shape (n,) for one observation or
+        (B, n) for a batch; forbidden ones are never chosen (trainer/nets/masks.py).
+
+        A recurrent policy (`model_type: ppo-lstm`) answers as sb3-contrib's RecurrentPPO: `state`
+        is None at the start of an episode (or what the last call returned: (h, c), each (1, B,
+        size)) and comes back updated; `episode_start` (B booleans) zeroes it where an episode
+        starts. Any other policy returns `state` as it was given."""
+        if self.policy.recurrent:
+            return self.policy.predict(
+                obs, state=state, episode_start=episode_start, deterministic=deterministic, action_masks=action_masks
+            )
         tensor = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs), dtype=torch.float32)
         single = tuple(tensor.shape) == self.observation_shape
         if single:
@@ -289,7 +297,7 @@ class TrainedModel:
             mask = as_mask(action_masks, tensor.shape[0], self.policy.action_size, self.device)
         action, _, _ = self.policy.act(self.policy.normalize_obs(tensor), deterministic=deterministic, action_mask=mask)
         action = self.policy.env_action(action).cpu().numpy()
-        return (action[0], None) if single else (action, None)
+        return (action[0] if single else action), state
 
     def __call__(self, obs, deterministic: bool = True) -> np.ndarray:
         return self.predict(obs, deterministic=deterministic)[0]

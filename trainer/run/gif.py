@@ -106,6 +106,7 @@ class GifRecorder:
         episode_return = 0.0
         ended = False
         step = played_on_from = 0
+        state = None  # a recurrent policy's state (trainer/nets/playing.py `play`)
         playing_on_since = None  # perf_counter when the frames ran out and playing on began
         while True:
             if playing_on_since is None and len(frames) >= max_frames:
@@ -113,7 +114,8 @@ class GifRecorder:
             if playing_on_since is not None and time.perf_counter() - playing_on_since >= play_on_seconds:
                 break
             mask = env.action_masks()  # None unless the env forbids some actions
-            action, _, _ = self.policy.act(self.policy.normalize_obs(obs), deterministic=True, action_mask=mask)
+            # one episode from its start: a recurrent policy's state (None at first) carries its history
+            action, state = self.policy.play(self.policy.normalize_obs(obs), state, None, True, action_mask=mask)
             obs, reward, terminated, truncated, info = env.step(self.policy.env_action(action))
             episode_return += float(reward[0])
             step += 1

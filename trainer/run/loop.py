@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from trainer.algos.base import Algorithm, Progress, Setup
-from trainer.algos.experience import ExperienceSource
+from trainer.algos.experience import ExperienceClosed, ExperienceSource
 from trainer.algos.registry import algorithm_class
 from trainer.config.keys import TrainConfig
 from trainer.config.validation import config_from_dict
@@ -251,7 +251,13 @@ class TrainingSession:
                 self.bus.log(f"stop requested: saving at step {self.global_step}")
                 break
             self.update += 1
-            statistics = self.train_one_update()  # the algorithm's collect -> update
+            try:
+                statistics = self.train_one_update()  # the algorithm's collect -> update
+            except ExperienceClosed:  # the actors' source is stopping (a learner's SIGTERM): as a stop
+                self.update -= 1
+                status = "stopped"
+                self.bus.log(f"stop requested while waiting for experience: saving at step {self.global_step}")
+                break
             self.global_step += self.steps_per_update
             emit_metrics(self, statistics)
             if self._writes_files and checkpoint_due(self):

@@ -6,6 +6,8 @@ END_STATUSES = ("finished", "stopped", "failed")  # what an `end` event may say
 QUEUED = "queued"  # waiting in the run queue (trainer/run/run_queue.py) for a free slot
 ACTIVE_STATUSES = ("starting", "running", "stopping")  # a process trains it
 RUN_STATUSES = (QUEUED, *ACTIVE_STATUSES, *END_STATUSES, "interrupted")  # every value of run_status
+NOT_OVER_STATUSES = (QUEUED, *ACTIVE_STATUSES)  # waits for a slot or trains: not to be deleted or resumed
+RESUMABLE_STATUSES = ("stopped", "failed", "interrupted")  # ended short of its budget: a resume goes on
 
 
 def run_status(

@@ -28,6 +28,12 @@ class EvaluationResult:
     scores: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     cut_episodes: int = 0  # episodes stopped at max_episode_steps
+    # Where the game has them (`count_outcomes`), else None: games won (the env's `winning_score`
+    # reached, e.g. Snake's full board) and games that reached the env's step cap (its max_steps).
+    wins: int | None = None
+    win_text: str | None = None  # what a win is, e.g. "board filled"
+    capped: int | None = None
+    cap_steps: int | None = None
     gif_path: Path | None = None
     gif_caption: str | None = None  # what the GIF shows of its episode (trainer/run/events.py clip_caption)
 
@@ -67,9 +73,62 @@ class EvaluationResult:
             f"max {max(self.scores):.2f})",
             f"length:   {statistics.fmean(self.lengths):.1f} steps on average",
         ]
+        lines += self.outcome_lines()
         if self.gif_path is not None:
             lines.append(f"gif:      {self.gif_path} ({self.gif_caption})")
         return "\n".join(lines)
+
+    def outcome_lines(self) -> list[str]:
+        """`wins:` and `cap:` lines where the game has them."""
+        lines = []
+        if self.wins is not None:
+            lines.append(f"wins:     {self.wins} of {self.episodes} ({self.win_text or 'won'})")
+        if self.capped is not None:
+            lines.append(f"cap:      {self.capped} of {self.episodes} reached the cap of {self.cap_steps:,} steps")
+        return lines
+
+    def as_dict(self) -> dict:
+        """The figures as plain values (JSON), the per-episode lists included."""
+        return {
+            "episodes": self.episodes,
+            "return_mean": self.return_mean,
+            "return_std": self.return_std,
+            "score_mean": self.score_mean,
+            "score_std": self.score_std,
+            "score_min": min(self.scores, default=None),
+            "cut_episodes": self.cut_episodes,
+            "wins": self.wins,
+            "win_text": self.win_text,
+            "capped": self.capped,
+            "cap_steps": self.cap_steps,
+            "returns": self.returns,
+            "scores": self.scores,
+            "lengths": self.lengths,
+        }
+
+
+def step_cap(env) -> int | None:
+    """The env's own episode step cap (Flappy Bird's `max_steps`, CartPole's `max_episode_steps`),
+    None where it has none (Snake ends hungry snakes by `max_steps_without_food`: not a cap)."""
+    for name in ("max_steps", "max_episode_steps"):
+        value = getattr(env, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def count_outcomes(result: EvaluationResult, env) -> None:
+    """Fill in `wins` (episodes whose score reached the env's `winning_score`) and `capped`
+    (episodes that lasted the env's step cap), from the recorded scores and lengths; each stays
+    None where the env has no such thing."""
+    winning_score = getattr(env, "winning_score", None)
+    if winning_score is not None:
+        result.wins = sum(1 for score in result.scores if score >= winning_score)
+        result.win_text = getattr(env, "win_text", None)
+    cap = step_cap(env)
+    if cap is not None:
+        result.cap_steps = cap
+        result.capped = sum(1 for length in result.lengths if length >= cap)
 
 
 @dataclass(frozen=True)
@@ -206,6 +265,7 @@ def evaluate(
         recording = gif_path is not None
         gif_episode = None  # env 0's first episode, the GIF's: (steps, ended, return, score)
         obs = env.reset(seed=seed)
+        state = starts = None  # a recurrent policy's state, carried from step to step (else None)
         skip = frame_skip(env)
         steps = 0
         while any(count < target for count, target in zip(counts, targets)):
@@ -213,10 +273,11 @@ def evaluate(
                 frames.append(env.render(0))
             steps += 1
             mask = env.action_masks()  # None unless the env forbids some actions
-            action, _, _ = policy.act(policy.normalize_obs(obs), deterministic=deterministic, action_mask=mask)
+            action, state = policy.play(policy.normalize_obs(obs), state, starts, deterministic, action_mask=mask)
             obs, reward, terminated, truncated, _ = env.step(policy.env_action(action))
             current_length += 1
-            done = (terminated | truncated).cpu().numpy()
+            starts = terminated | truncated  # those envs reset: their next step starts a new episode
+            done = starts.cpu().numpy()
             if done.any():
                 # Return, length and score of the episodes that ended on this step, env by env.
                 final_return, final_length, final_score = env.stats.finished.cpu().numpy()
@@ -245,6 +306,7 @@ def evaluate(
                         gif_episode = (int(current_length[0]), False, result.returns[-1], result.scores[-1])
             if recording and len(frames) >= gif_max_frames:
                 recording = False
+        count_outcomes(result, env)
         if gif_path is not None and frames:
             result.gif_path = write_gif(frames, gif_path, fps=gif_fps(env))
             episode_steps, ended, episode_return, episode_score = gif_episode

@@ -293,9 +293,11 @@ def command(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     names = ", ".join(output_names(model, args.with_details))
-    mask = f" and {MASK_INPUT} bool (batch, {model.policy.action_size})" if args.with_mask else ""
+    inputs = f" and {MASK_INPUT} bool (batch, {model.policy.action_size})" if args.with_mask else ""
+    if model.policy.recurrent:  # the state goes in and comes out: the caller carries it
+        inputs = f", state_h, state_c float32 (1, batch, {model.policy.state_size}){inputs}"
     print(
         f"wrote {path}: input obs float32 (batch, {', '.join(map(str, model.observation_shape))}) raw "
-        f"observations{mask} -> {names}; env {model.env_name}, step {model.global_step}"
+        f"observations{inputs} -> {names}; env {model.env_name}, step {model.global_step}"
     )
     return 0
