@@ -8,6 +8,7 @@
     python -m benchmarks --only throughput,solve
     python -m benchmarks --only off_policy   DQN and SAC against SB3's (benchmarks/off_policy.py; long)
     python -m benchmarks --only studio_latency   cold start, idle CPU, Start to first picture (~3 min)
+    python -m benchmarks --only actor_learner    1 process / 2 ranks / learner + 2 actors, one member 5x slow, scaling model (~6 min)
 
 Every measurement runs in a fresh Python process (`benchmarks.contender`) with the same torch
 thread count, so none inherits another's warm caches and "seconds from launch" is honest. The
@@ -16,7 +17,6 @@ table is printed and written with PNG plots to benchmarks/results/.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -37,157 +37,12 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import report  # noqa: E402
+from benchmarks.options import parse_args  # noqa: E402
 from benchmarks.sb3_peer import NET_ARCH, RL_ZOO_CARTPOLE  # noqa: E402
 
-SECTIONS = ("throughput", "ceiling", "solve", "scaling", "game_targets", "games", "off_policy", "studio_latency")
-DEFAULT_SECTIONS = ("throughput", "ceiling", "solve", "scaling")
-SCALING_NUM_ENVS = (16, 64, 256, 1024, 4096)
 SOLVE_TARGET = 475.0
 FLAPPY_TARGETS = (20.0, 50.0, 100.0)
 SNAKE_TARGETS = (10.0, 20.0)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
-        description="RL Studio against Stable-Baselines3: throughput, time to solve, games, "
-        "update-only ceiling and scaling. Prints a table; writes PNG plots and "
-        "results.md / results.json.",
-    )
-    parser.add_argument(
-        "--only",
-        default=None,
-        help=f"comma-separated sections to run, from {', '.join(SECTIONS)} (default: {', '.join(DEFAULT_SECTIONS)})",
-    )
-    parser.add_argument(
-        "--games",
-        action="store_true",
-        help="also run game_targets: Flappy Bird and Snake to their score targets (capped by --game-cap)",
-    )
-    parser.add_argument(
-        "--game-configs",
-        default=None,
-        help="games: comma-separated config file names (default: every config whose env is a game)",
-    )
-    parser.add_argument(
-        "--game-episodes", type=int, default=None, help="games: greedy games per seed (default 100, 10 with --quick)"
-    )
-    parser.add_argument(
-        "--game-parallel",
-        type=int,
-        default=1,
-        help="games: runs at a time, each in its own process (default 1; more only with spare cores)",
-    )
-    parser.add_argument(
-        "--game-steps",
-        type=int,
-        default=None,
-        help="games: train this many steps instead of each config's total_timesteps (50000 with --quick)",
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="small budgets and one seed: checks the suite works, figures are rough"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads for every contender (default 1: as fast as 2 here)"
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="measure each throughput / ceiling figure this many times, round after "
-        "round, and keep the fastest (default 1; 2-3 on a busy machine)",
-    )
-    parser.add_argument(
-        "--seeds", type=int, default=None, help="seeds for time to solve (default 3, or 1 with --quick)"
-    )
-    parser.add_argument(
-        "--throughput-steps",
-        type=int,
-        default=None,
-        help="total environment steps of every throughput run (default 100000, 20000 with --quick)",
-    )
-    parser.add_argument(
-        "--game-cap", type=float, default=None, help="training seconds allowed per game (default 900, 60 with --quick)"
-    )
-    parser.add_argument(
-        "--scaling-envs",
-        default=None,
-        help=f"comma-separated num_envs for the scaling section (default {','.join(map(str, SCALING_NUM_ENVS))})",
-    )
-    parser.add_argument(
-        "--ceiling-seconds",
-        type=float,
-        default=None,
-        help="seconds to time the update-only ceiling per setting (default 5, 1 with --quick)",
-    )
-    parser.add_argument(
-        "--off-policy-cap",
-        type=float,
-        default=None,
-        help="off_policy: training seconds allowed per CartPole / Pendulum run (default 300, 30 with --quick)",
-    )
-    parser.add_argument(
-        "--lunar-cap",
-        type=float,
-        default=None,
-        help="off_policy: training seconds allowed per lunar lander run (default 900, 20 with --quick)",
-    )
-    parser.add_argument(
-        "--lunar-seeds", type=int, default=None, help="off_policy: seeds of each lunar lander (default 1)"
-    )
-    parser.add_argument(
-        "--off-policy-steps",
-        type=int,
-        default=None,
-        help="off_policy: env steps of the DQN CartPole throughput runs (default 200000, 20000 with --quick)",
-    )
-    parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
-    parser.add_argument(
-        "--configs",
-        type=Path,
-        default=REPO_ROOT / "configs",
-        help="folder of the shipped YAML configs (default: the repo's configs/)",
-    )
-    parser.add_argument(
-        "--replot", action="store_true", help="measure nothing: rewrite the table and plots from <out>/results.json"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=REPO_ROOT / "benchmarks" / "results",
-        help="where results.md, results.json and the PNG plots go",
-    )
-    args = parser.parse_args(argv)
-    sections = (
-        DEFAULT_SECTIONS if args.only is None else tuple(name.strip() for name in args.only.split(",") if name.strip())
-    )
-    unknown = [name for name in sections if name not in SECTIONS]
-    if unknown:
-        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    if args.games and "game_targets" not in sections:
-        sections = sections + ("game_targets",)
-    args.sections = sections
-    if args.repeats < 1:
-        parser.error(f"--repeats must be a positive integer, got {args.repeats}")
-    if args.threads < 1:
-        parser.error(f"--threads must be a positive integer, got {args.threads}")
-    args.seeds = args.seeds or (1 if args.quick else 3)
-    args.throughput_steps = args.throughput_steps or (20_000 if args.quick else 100_000)
-    args.game_cap = args.game_cap or (60.0 if args.quick else 900.0)
-    args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.quick else 5.0)
-    args.off_policy_cap = args.off_policy_cap or (30.0 if args.quick else 300.0)
-    args.lunar_cap = args.lunar_cap or (20.0 if args.quick else 900.0)
-    args.lunar_seeds = args.lunar_seeds or 1
-    args.off_policy_steps = args.off_policy_steps or (20_000 if args.quick else 200_000)
-    try:
-        args.scaling_envs = (
-            [int(n) for n in args.scaling_envs.split(",")]
-            if args.scaling_envs
-            else list(SCALING_NUM_ENVS[:3] if args.quick else SCALING_NUM_ENVS)
-        )
-    except ValueError:
-        parser.error(f"--scaling-envs must be comma-separated integers, got {args.scaling_envs!r}")
-    return args
 
 
 def run_in_fresh_process(kind: str, params: dict[str, Any], threads: int, timeout: float) -> dict[str, Any]:
@@ -502,17 +357,21 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.studio_latency import run_studio_latency
 
         results["studio_latency"] = run_studio_latency(out=args.out)
+    if "actor_learner" in args.sections:  # its own file: actor_learner.json (benchmarks/actor_learner.py)
+        from benchmarks.actor_learner import run_actor_learner
+
+        results["actor_learner"] = run_actor_learner(out=args.out, command="python -m benchmarks --only actor_learner")
     results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     # The off_policy section keeps its own files (off_policy.md / .json / .png): run alone, it leaves
     # the suite's results.md / results.json as the last run of the other sections wrote them.
-    own_files = {"off_policy", "studio_latency", "games"}
+    own_files = {"off_policy", "studio_latency", "games", "actor_learner"}
     written = report.write_report(results, args.out) if set(args.sections) - own_files else []
     if "off_policy" in results:
         from benchmarks.off_policy import write_section_report
 
         written += write_section_report(results, args.out)
     print()
-    if set(args.sections) - own_files:
+    if set(args.sections) - (own_files - {"off_policy"}):  # the console table holds off_policy's rows too
         print(report.render_console(report.build_rows(results)))
     if shipped_games is not None:
         from benchmarks import games

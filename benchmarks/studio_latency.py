@@ -43,6 +43,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks.studio_overhead import CHROMIUM_ARGS, ENV  # noqa: E402
 from trainer.cluster.launch import free_port  # noqa: E402
+from trainer.run.layout import ROLLOUTS_DIR  # noqa: E402
 
 COMMAND = "python -m benchmarks --only studio_latency"
 ANSWER_POLL_SECONDS = 0.05
@@ -148,7 +149,7 @@ def stop(process: subprocess.Popen) -> None:
 def written_at(runs_dir: Path, src: str) -> float | None:
     """When the trainer wrote the GIF a picture's src names (the file's mtime), None if not found."""
     name = Path(urllib.parse.unquote(urllib.parse.urlparse(src).path)).name
-    found = list(runs_dir.glob(f"*/rollouts/{name}"))
+    found = list(runs_dir.glob(f"*/{ROLLOUTS_DIR}/{name}"))
     return found[0].stat().st_mtime if found else None
 
 

@@ -72,19 +72,29 @@ class RunViewHandlers(Handlers):
         # every `chart_seconds` while a shown run trains, and once more when it ends; at once when
         # the runs shown change (a new selection, a run ticked to compare).
         shown_ids = tuple(source.run_id for source in sources)
+        runs_shown_changed = viewed.get("charts_runs") != shown_ids
         due = (
             not any(source.is_active for source in sources)
-            or viewed.get("charts_runs") != shown_ids
+            or runs_shown_changed
             or time.time() - viewed.get("charts_at", 0.0) >= self.chart_seconds
         )
         # The newest rollout, as soon as its gif event is read (each tick reads only what the run's
         # event file gained). The browser draws a response as a whole, and plotly charts take it
         # seconds on a small busy machine: a new picture of a training run goes out without them
-        # (`viewed["picture_only"]`), and the charts follow on the next tick.
+        # (`viewed["picture_only"]`), and the charts follow on the next tick; unless the user just
+        # changed the runs shown, whose charts come at once, or the last tick was such, so that
+        # pictures coming fast never hold the charts back twice in a row.
         gif = run.latest_gif
         gif_path = self._file(gif.path) if gif else None
         new_picture = changed("gif", (run.run_id, gif_path))
-        viewed["picture_only"] = new_picture and run.is_active and gif_path is not None
+        charts_held_last_tick = viewed.get("picture_only", False)
+        viewed["picture_only"] = (
+            new_picture
+            and run.is_active
+            and gif_path is not None
+            and not runs_shown_changed
+            and not charts_held_last_tick
+        )
         charts_changed = due and not viewed["picture_only"] and changed("charts", chart_key)
         if charts_changed:
             viewed["charts_at"], viewed["charts_runs"] = time.time(), shown_ids

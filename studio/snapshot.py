@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.run.status import NOT_OVER_STATUSES as ACTIVE_STATUSES  # the studio's "active": queued too
-from trainer.run.status import QUEUED, RESUMABLE_STATUSES, queued_text
+from trainer.run.status import QUEUED, RESUMABLE_STATUSES, queued_text  # noqa: F401 - RESUMABLE_STATUSES: the studio's names
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,8 @@ import torch
 from torch import nn
 
 from trainer.algos.base import Progress, Setup
-from trainer.algos.dqn_fast import q_layers, q_loss_and_gradient
 from trainer.config.checks import ConfigError
 from trainer.config.validation import config_from_dict
-from trainer.nets.q_network import QNetwork
 from trainer.run.events import EventBus, read_events
 from trainer.run.loop import TrainingSession, train
 
@@ -136,38 +134,6 @@ def test_one_update_matches_a_plain_python_target(double_q):
         if indices.count(index) == 1:
             expected = (abs(td_errors[i]) + 1e-6) ** config.per_alpha
             assert float(buffer.tree.get(torch.tensor([index]))) == pytest.approx(expected, rel=1e-4), i
-
-
-def test_the_written_out_gradient_is_autograds_on_the_reference_loss():
-    spec = {
-        "model_type": "ppo-small",
-        "hidden_sizes": [16, 16],
-        "obs_shape": [4],
-        "obs_scale": 1.0,
-        "action": {"kind": "discrete", "n": 3},
-        "network": "q",
-    }
-    torch.manual_seed(0)
-    network = QNetwork(spec)
-    generator = torch.Generator().manual_seed(2)
-    obs, target = torch.randn(64, 4, generator=generator), torch.randn(64, generator=generator)
-    actions = torch.randint(3, (64,), generator=generator)
-    weights = torch.rand(64, generator=generator) + 0.1
-
-    q = network(obs).gather(1, actions.unsqueeze(1)).squeeze(1)  # the reference: autograd
-    reference_loss = (weights * (q - target).square()).mean()
-    expected = torch.autograd.grad(reference_loss, list(network.parameters()))
-
-    layers = q_layers(network)
-    assert layers is not None and q_layers(QNetwork({**spec, "dueling": True})) is None  # dueling: autograd
-    for parameter in network.parameters():
-        parameter.grad = torch.full_like(parameter, 7.0)  # overwritten, not added to
-    loss, q_taken, td_error = q_loss_and_gradient(layers, obs, actions, target, weights)
-    torch.testing.assert_close(loss, reference_loss.detach())
-    torch.testing.assert_close(q_taken, q.detach())
-    torch.testing.assert_close(td_error, (q - target).detach())
-    for parameter, gradient in zip(network.parameters(), expected, strict=True):
-        torch.testing.assert_close(parameter.grad, gradient)
 
 
 # -- the target network ----------------------------------------------------------------------------

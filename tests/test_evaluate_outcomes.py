@@ -87,6 +87,21 @@ def test_flappy_games_that_last_the_cap_are_counted_and_the_cap_is_an_env_option
     assert all(length < 10_000 for length in default.lengths)
 
 
+def test_the_evaluate_command_takes_env_options_and_prints_json(tiny_models, capsys):
+    from trainer.__main__ import main
+
+    model = str(tiny_models["flappy_bird"])
+    assert main(["evaluate", model, "-n", "3", "--env-option", "max_steps=5", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["capped"], printed["cap_steps"], printed["lengths"]) == (3, 5, [5, 5, 5])
+
+    # A misspelt option is named with the env's own options; a flag without a value says how to write one.
+    assert main(["evaluate", model, "--env-option", "max_step=5"]) == 2
+    assert "does not take the option 'max_step'. Did you mean 'max_steps'?" in capsys.readouterr().err
+    assert main(["evaluate", model, "--env-option", "max_steps"]) == 2
+    assert "--env-option expects key=value (e.g. --env-option max_steps=36024)" in capsys.readouterr().err
+
+
 def test_the_evaluate_tab_says_how_many_games_were_won_or_reached_the_cap(tiny_models, tmp_path):
     from studio.evaluate import EvaluationSummary, evaluate_checkpoint
 

@@ -126,7 +126,11 @@ def test_while_a_run_trains_charts_and_log_are_redrawn_at_most_every_chart_secon
     assert redrawn(second) == (False, False)  # too soon after the last redraw
     time.sleep(0.6)
     third = studio.on_tick(run_id, second[-1])
-    assert redrawn(third) == (True, True)
+    assert redrawn(third)[1] is True  # the log: due again
+    if not redrawn(third)[0]:  # a new picture went out without the charts (the browser draws it sooner)...
+        assert third[2] != SKIP and third[-1]["picture_only"]
+        third = studio.on_tick(run_id, third[-1])  # ...and they follow on the next tick, picture or not
+    assert redrawn(third)[0] is True
     studio.manager.shutdown(timeout=10)
 
 

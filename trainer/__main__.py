@@ -19,6 +19,7 @@ beside the log lines; piped to a file, only the log lines are printed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -82,7 +83,7 @@ def build_train_parser() -> argparse.ArgumentParser:
         "--actors",
         type=int,
         default=0,
-        help="algo impala / appo: a learner and this many actor processes on this machine (docs/cluster.md)",
+        help="algo impala / appo / dqn / sac: a learner and this many actor processes on this machine (docs/cluster.md)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     parser.add_argument(
@@ -135,6 +136,17 @@ def build_evaluate_parser() -> argparse.ArgumentParser:
         help="let a `module:Class` env or wrappers saved in the model's config be imported "
         "(a .pth is data: without this flag such code is refused)",
     )
+    parser.add_argument(
+        "--env-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one of the env's options for this evaluation, over those the model was trained with "
+        "(repeatable; the value is read as YAML), e.g. --env-option max_steps=36024: Flappy Bird up to 1,000 pipes",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the figures as one JSON object (per-episode lists too)"
+    )
     return parser
 
 
@@ -167,13 +179,15 @@ def evaluate_command(argv: list[str]) -> int:
     args = build_evaluate_parser().parse_args(argv)
     from envs.errors import EnvError
     from trainer.config.checks import ConfigError
+    from trainer.config.loading import parse_override
     from trainer.run.checkpoint import CheckpointError, load_model
     from trainer.serving.evaluate import choose_env, evaluate
 
     try:
         model = load_model(args.model, device=args.device)
         # Refused here with the CLI's flag in the message; evaluate() checks the same again.
-        choose_env(model, args.env, None, args.allow_custom_envs, args.model, "--allow-custom-envs")
+        choice = choose_env(model, args.env, None, args.allow_custom_envs, args.model, "--allow-custom-envs")
+        options = dict(parse_override(text, "--env-option", "max_steps=36024") for text in args.env_option)
         result = evaluate(
             model,
             episodes=args.episodes,
@@ -184,11 +198,15 @@ def evaluate_command(argv: list[str]) -> int:
             gif_path=args.gif,
             max_episode_steps=args.max_episode_steps,
             env_name=args.env,
+            env_kwargs={**choice.kwargs, **options} if options else None,
             allow_custom_code=args.allow_custom_envs,
         )
     except (CheckpointError, ConfigError, EnvError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if args.json:
+        print(json.dumps({"model": args.model, **result.as_dict()}))
+        return EXIT_OK
     print(f"model:    {args.model}")
     print(result.summary())
     return EXIT_OK

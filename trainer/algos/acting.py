@@ -7,6 +7,9 @@ policy's scorer (`score_steps`, which the learner scores batches with too), and 
 ended during it from the env's `EpisodeStats` (`keep_finished` / `take_finished`, envs/stats.py),
 so that a learner which never steps an env can count them (`add_finished`).
 
+An actor process plays with `player_for(config, spec)`: a `PolicyPlayer` (this `act_batch`) for
+IMPALA / APPO, Ape-X's `ReplayPlayer` (trainer/algos/replay_feed.py) for DQN / SAC.
+
 Rewards stay as the env gave them (no reward scaling, no time-limit bootstrap: the learner
 bootstraps truncated episodes from `final_obs` with its own critic). With norm_obs the policy's
 observation statistics only accumulate here (IMPALA and APPO refuse norm_obs and norm_reward).
@@ -59,6 +62,31 @@ def act_batch(
         action_masks=buffer.action_masks,
     )
     return batch, next_obs
+
+
+class PolicyPlayer:
+    """An IMPALA / APPO actor's network (`module`, which the learner's weights load into) and its acting."""
+
+    def __init__(self, spec: dict):
+        from trainer.nets.build import build_policy
+
+        self.module = build_policy(spec)
+
+    def act(self, env, obs: Tensor, generator: torch.Generator, num_steps: int, policy_version: int, **ids):
+        return act_batch(env, self.module, obs, generator, num_steps, policy_version, **ids)
+
+
+def player_for(config, spec: dict):
+    """What an actor process plays with (trainer/cluster/actor.py): a replay algorithm's Ape-X
+    player (trainer/algos/replay_feed.py), else the policy with `act_batch`."""
+    from trainer.config.algorithm_keys import ALGORITHM_TABLE
+
+    entry = ALGORITHM_TABLE.get(config.algo)
+    if entry is not None and entry.replay:
+        from trainer.algos.replay_feed import ReplayPlayer
+
+        return ReplayPlayer(config, spec)
+    return PolicyPlayer(spec)
 
 
 @torch.no_grad()

@@ -5,6 +5,8 @@
    `exploration_fraction` of the run), each step of all envs written to the replay buffer at once
    (trainer/algos/replay.py). An env that masks actions (`action_masks()`) has both the greedy
    and the random action chosen among its allowed ones.
+   In an Ape-X run (`setup.experience`, trainer/algos/replay_feed.py) actors play instead and
+   `collect` writes their newest batch into the buffer (with their initial priorities under PER).
 2. `update`: once `learning_starts` steps are stored, `gradient_steps` steps, each on a minibatch
    of `mini_batch_size` replayed transitions:
        target = returns + discounts * Q_target(s', argmax_a Q(s', a))   (double Q: the online
@@ -13,7 +15,8 @@
        loss   = mean(weights * (Q(s, a) - target)^2)                      (weights: PER, else 1)
    then the target network follows: a copy every `target_update_interval` env steps (`tau` 1),
    or Polyak averaging after each gradient step (`tau` < 1). With `use_per` the sampled items'
-   priorities become their TD errors, and `per_beta` rises linearly to 1 over the run.
+   priorities become their TD errors, and `per_beta` rises linearly to 1 over the run. Actors
+   get the new weights every `weights_every` updates.
 
 The playing network is `QNetwork` (trainer/nets/q_network.py: MLP or convolutional torso, optional
 dueling heads); it plays greedily after training (evaluate, GIFs, ONNX, the policy server).
@@ -26,9 +29,10 @@ from torch import Tensor
 
 from trainer.algos.adam import Adam, flat_parameters
 from trainer.algos.base import Algorithm, Progress, Setup
-from trainer.algos.dqn_fast import q_layers, q_loss_and_gradient
-from trainer.algos.dqn_settings import DQN_LEARNED_METRICS, DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn
+from trainer.algos.dqn_fast import next_value, q_layers, q_loss_and_gradient
+from trainer.algos.dqn_settings import DQN_LEARNED_METRICS, DQN_METRICS, DQN_SUMMARY, DQNKeys, check_dqn, epsilon_at
 from trainer.algos.replay import ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
+from trainer.algos.replay_feed import ReplayFeed, shared_nets
 from trainer.algos.target_network import frozen_copy
 from trainer.nets.masks import ActionMaskError, masked_argmax, random_allowed
 from trainer.nets.q_network import QNetwork
@@ -57,19 +61,21 @@ class DQN(Algorithm):
         self.steps_per_update = config.num_envs * config.num_steps
         self.last_target_copy = 0  # env steps (this process) at the last hard copy
         self.epsilon = config.exploration_initial_eps
+        # Ape-X (setup.experience): what the actors get, the Q-network (and its target for priorities)
+        self.feed = ReplayFeed(setup, shared_nets(config, policy=self.policy, target=self.target))
 
     # -- 1. acting ------------------------------------------------------------------------------
 
     def epsilon_at(self, step: int) -> float:
-        config = self.setup.config
-        decay_steps = config.exploration_fraction * config.total_timesteps
-        progress = min(1.0, step / decay_steps) if decay_steps > 0 else 1.0
-        start, end = config.exploration_initial_eps, config.exploration_final_eps
-        return start + progress * (end - start)
+        return epsilon_at(self.setup.config, step)
 
     @torch.no_grad()
     def collect(self, obs: Tensor, progress: Progress) -> Tensor:
         setup, num_envs = self.setup, self.setup.config.num_envs
+        if setup.experience is not None:  # Ape-X: the actors played; their batch into the buffer
+            self.epsilon = self.epsilon_at(progress.global_step)  # what the actors play with (about)
+            self.feed.take(self.buffer, progress)
+            return obs
         generator, device = setup.generator, setup.device
         masks = setup.env.action_masks()  # None: the env masks no action
         some_allowed = None if masks is None else torch.ones((), dtype=torch.bool, device=device)
@@ -102,7 +108,7 @@ class DQN(Algorithm):
         steps_done = progress.global_step + self.steps_per_update
         metrics = {"buffer_size": self.buffer.size, "epsilon": self.epsilon, "gradient_steps": 0}
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
-            return metrics
+            return {**metrics, **self.feed.learned(progress)}
         beta = per_beta_at(config, progress)
         if self.layers is not None:
             self.optimizer.check_parameters()  # the written gradient lands in the optimiser's vector
@@ -110,16 +116,8 @@ class DQN(Algorithm):
         batches = self.buffer.batches(config.gradient_steps, config.mini_batch_size, self.setup.generator, beta)
         for batch in batches:
             with torch.no_grad():
-                next_q = self.target(batch.next_obs)
-                allowed = batch.next_masks
-                if config.double_q:
-                    next_action = self.policy.greedy(self.policy(batch.next_obs), allowed)
-                    next_value = next_q.gather(1, next_action.unsqueeze(1)).squeeze(1)
-                elif allowed is None:
-                    next_value = next_q.max(-1).values
-                else:
-                    next_value = next_q.masked_fill(~allowed, float("-inf")).max(-1).values
-                target = batch.returns + batch.discounts * next_value
+                bootstrap = next_value(self.policy, self.target, batch.next_obs, batch.next_masks, config.double_q)
+                target = batch.returns + batch.discounts * bootstrap
             if self.layers is not None:  # the same loss and gradient, without autograd
                 loss, q, td_error = q_loss_and_gradient(self.layers, batch.obs, batch.actions, target, batch.weights)
             else:
@@ -137,7 +135,7 @@ class DQN(Algorithm):
             self.target_flat.copy_(self.optimizer.flat_param)
             self.last_target_copy = steps_done
         learned = dict(zip(DQN_LEARNED_METRICS, (totals / config.gradient_steps).tolist(), strict=True))
-        return {**metrics, **learned, "gradient_steps": config.gradient_steps}
+        return {**metrics, **learned, "gradient_steps": config.gradient_steps, **self.feed.learned(progress)}
 
     # -- checkpoints ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ For a minibatch of B items with targets y and importance weights w (1 when unifo
     loss          = mean(w (Q(s, a) - y)^2)
     dL/dQ(s, a')  = 2 w (Q(s, a) - y) / B  for the action taken (a' = a), 0 for the others
 
-and the MLP passes it back layer by layer (ppo_fast's `_backward`: dW = g^T x, db = sum g,
+and the MLP passes it back layer by layer (`activations.mlp_backward`: dW = g^T x, db = sum g,
 dx = g W, through each activation's derivative).
 """
 
@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from trainer.algos.ppo_fast import Layers, _backward, _forward
-from trainer.nets.activations import UnsupportedNetwork, mlp_layers
+from trainer.nets.activations import Layers, UnsupportedNetwork, mlp_backward, mlp_forward, mlp_layers
 from trainer.nets.q_network import QNetwork
 from trainer.nets.torso import Flat
 
@@ -47,11 +46,25 @@ def q_loss_and_gradient(
     """The loss, Q(s, a) and the TD error Q(s, a) - y (no autograd), with dL/dparameter written
     into each parameter's `.grad` (overwritten, not accumulated: no zero_grad needed)."""
     with torch.no_grad():
-        q_all, inputs = _forward(layers, obs.reshape(obs.shape[0], -1))
+        q_all, inputs = mlp_forward(layers, obs.reshape(obs.shape[0], -1))
         taken = actions.unsqueeze(1)
         q = q_all.gather(1, taken).squeeze(1)
         td_error = q - target
         loss = (weights * td_error.square()).mean()
         grad_q = (weights * td_error).mul_(2.0 / len(td_error)).unsqueeze(1)
-        _backward(layers, inputs, torch.zeros_like(q_all).scatter_(1, taken, grad_q))
+        mlp_backward(layers, inputs, torch.zeros_like(q_all).scatter_(1, taken, grad_q))
     return loss, q, td_error
+
+
+@torch.no_grad()
+def next_value(policy: QNetwork, target: QNetwork, next_obs: Tensor, allowed: Tensor | None, double_q: bool) -> Tensor:
+    """V(s') of the bootstrap, (B,): double Q (the online network picks the action, the target
+    scores it), else max_a Q_target(s', a); a over the actions `allowed` where the env masks them.
+    The learner's targets and an Ape-X actor's initial priorities (trainer/algos/replay_feed.py)."""
+    next_q = target(next_obs)
+    if double_q:
+        next_action = policy.greedy(policy(next_obs), allowed)
+        return next_q.gather(1, next_action.unsqueeze(1)).squeeze(1)
+    if allowed is None:
+        return next_q.max(-1).values
+    return next_q.masked_fill(~allowed, float("-inf")).max(-1).values

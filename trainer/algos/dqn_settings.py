@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.algos.replay_settings import ReplayKeys, check_replay
+from trainer.algos.replay_settings import FEED_METRICS, ReplayKeys, check_replay
 from trainer.config.checks import Boolean, Integer, Real
 from trainer.config.keys import DQN, key
 
@@ -15,7 +15,7 @@ DQN_SUMMARY = (
     "deep Q-learning from a replay buffer: double Q, dueling heads, n-step, prioritised replay (Mnih et al. 2015)"
 )
 DQN_LEARNED_METRICS = ("value_loss", "q_value_mean", "td_error_mean")  # means over an update's gradient steps
-DQN_METRICS = (*DQN_LEARNED_METRICS, "buffer_size", "gradient_steps", "epsilon")
+DQN_METRICS = (*DQN_LEARNED_METRICS, "buffer_size", "gradient_steps", "epsilon", *FEED_METRICS)
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,16 @@ class DQNKeys(ReplayKeys):
         True, "Double Q-learning: the online network picks the next action, the target scores it.", Boolean(), DQN
     )
     dueling: bool = key(False, "Dueling heads: Q = V + A - mean(A) (Wang et al. 2016).", Boolean(), DQN)
+
+
+def epsilon_at(config: Any, step: int) -> float:
+    """The share of random actions at env step `step` of the run (all envs): linear from
+    `exploration_initial_eps` to `exploration_final_eps` over `exploration_fraction` of the run.
+    Actors of an Ape-X run use it too, at the step of the weights they play (trainer/algos/replay_feed.py)."""
+    decay_steps = config.exploration_fraction * config.total_timesteps
+    progress = min(1.0, step / decay_steps) if decay_steps > 0 else 1.0
+    start, end = config.exploration_initial_eps, config.exploration_final_eps
+    return start + progress * (end - start)
 
 
 def check_dqn(config: Any, given: set[str], problems: list[str]) -> None:

@@ -3,7 +3,8 @@ interface between them.
 
 An actor (a process of its own, maybe on another machine: trainer/cluster/) plays the policy it
 was last sent in its own envs for `num_steps` steps and sends one `ExperienceBatch`; the learner's
-algorithm (IMPALA / APPO: trainer/algos/impala.py; DQN / SAC fed Ape-X style) takes batches from
+algorithm (IMPALA / APPO: trainer/algos/impala.py; DQN / SAC fed Ape-X style:
+trainer/algos/replay_feed.py) takes batches from
 an `ExperienceSource` and hands new weights back through it. Without actors the algorithm fills
 the same batch from its own env (`policy_version` = its own, so no lag), so there is one learning
 code path whoever acted.
@@ -41,6 +42,8 @@ class ExperienceBatch:
     actor: int = 0  # who acted: 0 the learner's own env, else the actor's number in the run
     sequence: int = 0  # the actor's batch number, counting from 1 (a batch is never learned from twice)
     action_masks: Tensor | None = None  # (T, N, n) bool where the env masks actions
+    priorities: Tensor | None = None  # (T, N) replay actors under use_per: first priorities, |TD error|
+    # (trainer/algos/replay_feed.py)
 
     @property
     def steps(self) -> int:

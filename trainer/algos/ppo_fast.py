@@ -42,14 +42,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from trainer.nets.activations import Activation, UnsupportedNetwork, mlp_layers
+from trainer.nets.activations import Layers, UnsupportedNetwork, mlp_backward, mlp_forward, mlp_layers
 from trainer.nets.masks import mask_logits
 from trainer.nets.policies import LOG_2PI, ActorCritic
 
 if TYPE_CHECKING:
     from trainer.algos.ppo_settings import UpdateBatch, UpdateSettings
-
-Layers = list[tuple[nn.Linear, Activation | None]]
 
 
 @dataclass(frozen=True)
@@ -101,8 +99,8 @@ def ppo_loss_and_gradient(
     policy = structure.policy
     size = batch.obs.shape[0]
     inputs = batch.obs.reshape(size, -1)
-    head, actor_inputs = _forward(structure.actor, inputs)
-    value, critic_inputs = _forward(structure.critic, inputs)
+    head, actor_inputs = mlp_forward(structure.actor, inputs)
+    value, critic_inputs = mlp_forward(structure.critic, inputs)
     value = value.squeeze(-1)
     actions, ent_coef = batch.actions, settings.ent_coef
 
@@ -146,29 +144,6 @@ def ppo_loss_and_gradient(
         grad_head = standardized * inverse_std * grad_log_prob.unsqueeze(-1)
         grad_log_std = (standardized.square() - 1.0).mul_(grad_log_prob.unsqueeze(-1)).sum(0)
         policy.log_std.grad.copy_(grad_log_std.sub_(ent_coef))
-    _backward(structure.actor, actor_inputs, grad_head)
-    _backward(structure.critic, critic_inputs, weighted_error.mul_(settings.vf_coef / size).unsqueeze(-1))
+    mlp_backward(structure.actor, actor_inputs, grad_head)
+    mlp_backward(structure.critic, critic_inputs, weighted_error.mul_(settings.vf_coef / size).unsqueeze(-1))
     return losses, log_ratio
-
-
-def _forward(layers: Layers, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """The MLP's output and the input of each of its Linear layers."""
-    inputs = []
-    for linear, activation in layers:
-        inputs.append(x)
-        if activation is None:
-            x = torch.addmm(linear.bias, x, linear.weight.t())
-        else:
-            x = activation.after_linear(linear, x)
-    return x, inputs
-
-
-def _backward(layers: Layers, inputs: list[Tensor], grad_output: Tensor) -> None:
-    """Back-propagate dL/d(output) through the MLP into its parameters' `.grad` (which
-    `adam.Adam.check_parameters` has checked are still the optimiser's, before this step)."""
-    for index in reversed(range(len(layers))):
-        linear, x = layers[index][0], inputs[index]
-        torch.mm(grad_output.t(), x, out=linear.weight.grad)
-        torch.sum(grad_output, 0, out=linear.bias.grad)
-        if index > 0:  # x is the previous layer's activation output
-            grad_output = layers[index - 1][1].backward(grad_output.mm(linear.weight), x)

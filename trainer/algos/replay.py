@@ -90,6 +90,7 @@ class ReplayBuffer:
         self.rows_filled = 0
         self.tree = SumTree(self.rows * num_envs, device) if prioritized else None
         self.max_priority = 1.0
+        self.initial: Tensor | None = None  # (rows, N) float64: actors' priorities of rows not yet complete
         self.env_index = torch.arange(num_envs, device=device)
         self.window = torch.arange(n_step, device=device)
         self.discount_powers = gamma ** torch.arange(n_step + 1, dtype=torch.float32, device=device)
@@ -133,10 +134,24 @@ class ReplayBuffer:
         terminated: Tensor,
         truncated: Tensor,
         next_masks: Tensor | None = None,
+        priorities: Tensor | None = None,
     ) -> None:
         """One step of every env: (N, ...) tensors; next_obs is the step's `info["final_obs"]`,
-        next_masks (an env that masks actions) the actions allowed there, (N, n) bool."""
+        next_masks (an env that masks actions) the actions allowed there, (N, n) bool. Prioritised
+        buffers: `priorities` (N,), the items' absolute TD errors as an actor computed them
+        (trainer/algos/replay_feed.py), are their first priorities once their windows are complete;
+        without them an item starts at the largest priority seen."""
         row = self.position
+        if self.tree is not None and (priorities is not None or self.initial is not None):
+            if self.initial is None:  # NaN: no priority given, the largest seen applies
+                self.initial = torch.full((self.rows, self.num_envs), float("nan"), dtype=torch.float64)
+                self.initial = self.initial.to(self.rewards.device)
+            if priorities is None:
+                self.initial[row] = float("nan")
+            else:
+                given = priorities.detach().abs().double() + PRIORITY_EPSILON
+                self.initial[row] = given
+                self.max_priority = max(self.max_priority, float(given.max()))
         if next_masks is not None:
             if self.next_masks is None:
                 self.next_masks = torch.ones(
@@ -156,7 +171,11 @@ class ReplayBuffer:
             self.tree.set(self._row_items(row), priorities)  # its window is not complete
             if self.rows_filled >= self.n_step:  # the row whose window this step completes
                 complete = (row - (self.n_step - 1)) % self.rows
-                self.tree.set(self._row_items(complete), priorities.fill_(self.max_priority**self.alpha))
+                priorities.fill_(self.max_priority)
+                if self.initial is not None:
+                    given = self.initial[complete]
+                    priorities = torch.where(given.isnan(), priorities, given)
+                self.tree.set(self._row_items(complete), priorities**self.alpha)
 
     def _row_items(self, row: int) -> Tensor:
         return row * self.num_envs + self.env_index
@@ -292,7 +311,8 @@ def one_process_only(setup: Any) -> None:
     if setup.reduce_mean is not None:
         raise ValueError(
             f"algo {setup.config.algo} learns in one process: its replay buffer is not shared between ranks; "
-            f"run it without nproc_per_node / a cluster (or use algo ppo there)"
+            f"run it without nproc_per_node, or feed its one learner from several processes / machines "
+            f"with actors (`python -m trainer master --config ... --actors N`, docs/cluster.md)"
         )
 
 

@@ -8,15 +8,26 @@ minibatches of `mini_batch_size` transitions sampled from it (none before `learn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trainer.algos import priority_keys
+from trainer.algos.impala_settings import SOURCE_METRICS, ImpalaKeys
 from trainer.config.checks import Boolean, Integer, Real
 from trainer.config.keys import REPLAY, key
 
 # What the update of a replay algorithm returns besides its own (trainer/config/metrics.py names)
 REPLAY_METRICS = ("q_value_mean", "td_error_mean", "buffer_size", "gradient_steps")
+# Fed by actors (Ape-X, trainer/algos/replay_feed.py): the lag of the batch written before the
+# update and the experience source's numbers; null without actors. "queue_depth" among an
+# algorithm's metrics is what makes `python -m trainer master` run it with actors.
+FEED_METRICS = ("policy_lag", *SOURCE_METRICS)
+
+
+def _shared_key(name: str) -> Any:
+    """IMPALA's declaration of the key `name`, shared as it is (a key is declared once)."""
+    declared = next(item for item in fields(ImpalaKeys) if item.name == name)
+    return field(default=declared.default, metadata=declared.metadata)
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class ReplayKeys:
     use_per: bool = priority_keys.use_per()
     per_alpha: float = priority_keys.per_alpha()
     per_beta: float = priority_keys.per_beta()
+    weights_every: int = _shared_key("weights_every")
 
 
 def check_replay(config: Any, given: set[str], problems: list[str], tau: float) -> None:
@@ -62,8 +74,9 @@ def check_replay(config: Any, given: set[str], problems: list[str], tau: float) 
         problems.append(
             f"algo {config.algo} learns in one process from one replay buffer, but nproc_per_node is "
             f"{config.nproc_per_node}, gpu_ids {config.gpu_ids} and max_nodes {config.max_nodes}: use one "
-            f"process (nproc_per_node 1, at most one GPU in gpu_ids, max_nodes 1), or algo ppo for "
-            f"data-parallel training on several processes"
+            f"process (nproc_per_node 1, at most one GPU in gpu_ids, max_nodes 1) and feed it from several "
+            f"processes or machines with actors instead (`python -m trainer master --config ... --actors N`, "
+            f"docs/cluster.md), or use algo ppo for data-parallel training"
         )
     for name in ("norm_obs", "norm_reward"):
         if getattr(config, name):

@@ -4,7 +4,8 @@ top to bottom:
 1. `collect`: `num_steps` steps of every env into the replay buffer (trainer/algos/replay.py):
    uniform random actions in the env's bounds until `learning_starts` env steps are done, then
    samples of the squashed Gaussian actor (trainer/nets/sac_actor.py). The buffer holds the raw
-   observations and the actions in [-1, 1], the scale the critics take.
+   observations and the actions in [-1, 1], the scale the critics take. In an Ape-X run
+   (`setup.experience`, trainer/algos/replay_feed.py) actors play and their batch is written instead.
 2. `update`: once `learning_starts` steps are done, `gradient_steps` steps, each on a minibatch of
    `mini_batch_size` replayed transitions:
        a', log pi(a'|s') ~ pi(.|s')                                      (the current actor)
@@ -33,12 +34,14 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from trainer.algos.adam import Adam, flat_parameters
 from trainer.algos.base import Algorithm, Progress, Setup
 from trainer.algos.replay import ReplayBatch, ReplayBuffer, one_process_only, per_beta_at, replay_state, restore_replay
+from trainer.algos.replay_feed import ReplayFeed, shared_nets
 from trainer.algos.sac_settings import SAC_METRICS, SAC_SUMMARY, SACKeys, check_sac
+from trainer.algos.sac_terms import LogAlpha, soft_target
 from trainer.algos.target_network import frozen_copy
 from trainer.nets.sac_actor import SquashedGaussianActor, TwinQ
 
@@ -74,6 +77,9 @@ class SAC(Algorithm):
         self.steps_per_update = config.num_envs * config.num_steps
         self.learning_rate = config.learning_rate  # this update's (Progress.learning_rate)
         self.gradient_step = 0  # gradient steps of the critics so far (the delayed actor steps count them)
+        # Ape-X (setup.experience): what the actors get, the actor (and the critics and alpha for priorities)
+        critics = {"critic": self.critic, "critic_target": self.critic_target, "alpha": self.entropy_coefficient}
+        self.feed = ReplayFeed(setup, shared_nets(config, self.policy, **critics))
 
     @property
     def log_alpha(self) -> Tensor:
@@ -92,6 +98,9 @@ class SAC(Algorithm):
     def collect(self, obs: Tensor, progress: Progress) -> Tensor:
         setup, policy = self.setup, self.policy
         config, generator = setup.config, setup.generator
+        if setup.experience is not None:  # Ape-X: the actors played; their batch into the buffer
+            self.feed.take(self.buffer, progress)
+            return obs
         for t in range(config.num_steps):
             if progress.global_step + t * config.num_envs < config.learning_starts:
                 # Uniform in [-1, 1], so uniform in the env's bounds once scaled.
@@ -111,7 +120,7 @@ class SAC(Algorithm):
         config = self.setup.config
         steps_done = progress.global_step + self.steps_per_update
         if steps_done < config.learning_starts or not self.buffer.can_sample(config.mini_batch_size):
-            return self._metrics(None, None, None, 0)
+            return {**self._metrics(None, None, None, 0), **self.feed.learned(progress)}
         self.learning_rate = progress.learning_rate
         beta = per_beta_at(config, progress)
         self.critic_optimizer.check_parameters()  # the written critic gradient lands in its vector
@@ -131,7 +140,7 @@ class SAC(Algorithm):
         host = torch.cat((critic_totals / config.gradient_steps, torch.stack((actor_total, self.alpha)))).tolist()
         critic, (actor_sum, alpha) = host[: len(CRITIC_METRICS)], host[len(CRITIC_METRICS) :]
         policy_loss = actor_sum / actor_steps if actor_steps else None  # None: no actor step in this update
-        return self._metrics(critic, policy_loss, alpha, config.gradient_steps)
+        return {**self._metrics(critic, policy_loss, alpha, config.gradient_steps), **self.feed.learned(progress)}
 
     def _metrics(
         self, critic: list[float] | None, policy_loss: float | None, alpha: float | None, gradient_steps: int
@@ -203,14 +212,8 @@ class SAC(Algorithm):
 
 
 # ---------------------------------------------------------------------------------------------
-# The formulas, on their own (tests/test_sac.py checks them against plain Python and autograd)
-
-
-def soft_target(
-    returns: Tensor, discounts: Tensor, next_q1: Tensor, next_q2: Tensor, next_log_prob: Tensor, alpha: Tensor | float
-) -> Tensor:
-    """returns + discounts * (min(Q1', Q2')(s', a') - alpha log pi(a'|s')): the critics' target."""
-    return returns + discounts * (torch.min(next_q1, next_q2) - alpha * next_log_prob)
+# The formulas, on their own (tests/test_sac.py checks them against plain Python and autograd;
+# `soft_target`, which Ape-X actors score their batches with too, is in trainer/algos/sac_terms.py)
 
 
 def alpha_loss(log_alpha: Tensor, log_prob: Tensor, target_entropy: float) -> Tensor:
@@ -229,11 +232,3 @@ def _step(optimizer: Adam, loss: Tensor, learning_rate: float, inputs: list[Tens
     optimizer.zero_grad()
     loss.backward(inputs=inputs)
     optimizer.step(learning_rate)
-
-
-class LogAlpha(nn.Module):
-    """log alpha as a module's one parameter (the optimiser steps a module's parameters)."""
-
-    def __init__(self, value: float):
-        super().__init__()
-        self.log_alpha = nn.Parameter(torch.tensor(value))

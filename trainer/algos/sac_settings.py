@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.algos.replay_settings import REPLAY_METRICS, ReplayKeys, check_replay
+from trainer.algos.replay_settings import FEED_METRICS, REPLAY_METRICS, ReplayKeys, check_replay
 from trainer.config.checks import Boolean, Integer, Real
 from trainer.config.keys import SAC, key
 
 SAC_SUMMARY = (
     "soft actor-critic for continuous actions: twin Q, target networks, automatic entropy tuning (Haarnoja et al. 2018)"
 )
-SAC_METRICS = ("policy_loss", "value_loss", "entropy", "alpha", *REPLAY_METRICS)
+SAC_METRICS = ("policy_loss", "value_loss", "entropy", "alpha", *REPLAY_METRICS, *FEED_METRICS)
 
 
 @dataclass(frozen=True)

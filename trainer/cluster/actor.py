@@ -6,7 +6,8 @@ run's env and network from the config the master sent (custom code only with thi
 --allow-custom-envs), takes a number in the run (`actors/next` in the store) and then, for each
 learner generation: announces itself, opens its gloo pair with the learner's hub
 (trainer/cluster/actor_link.py, trainer/cluster/learner_hub.py), and plays batches
-(trainer/algos/acting.py `act_batch`) with the newest weights it was sent, one batch after another,
+(trainer/algos/acting.py `player_for`: `act_batch` for IMPALA / APPO, Ape-X's `ReplayPlayer` of
+trainer/algos/replay_feed.py for DQN / SAC) with the newest weights it was sent, one batch after another,
 each with the next sequence number. When the learner goes (a crash: the master restarts it from
 its newest checkpoint under a new generation), the actor waits for the next generation and
 reconnects by itself; when the run is finished, or the master is gone, it ends.
@@ -46,7 +47,7 @@ class Actor:
     """One actor's env, network and counters; `run()` plays until the run is over."""
 
     def __init__(self, config, store, run_id: str, host: str, say: Callable[[str], None] = print, stop=None):
-        from trainer.nets.build import build_policy
+        from trainer.algos.acting import player_for
         from trainer.run.seeding import seeds
         from trainer.run.setup import config_env_factory, policy_spec, set_threads
 
@@ -62,7 +63,8 @@ class Actor:
         self.env = config_env_factory(config)(config.num_envs, "cpu", start.env)
         self.obs = self.env.reset(seed=start.env)
         spec = policy_spec(config, self.env)
-        self.policy = build_policy(spec)
+        self.player = player_for(config, spec)  # what it plays with: IMPALA / APPO's policy, or Ape-X's nets
+        self.policy = self.player.module  # the learner's weights load into it
         self.layout = BatchLayout.for_run(config, spec, masked=self.env.action_masks() is not None)
         self.generator = torch.Generator().manual_seed(start.sampling)
         self.weights = torch.empty(weights_size(self.policy))
@@ -120,15 +122,12 @@ class Actor:
             self.say(f"Actor {self.number}: no learner answered ({reason(error)}); waiting for the next one")
             return
         self.say(f"Actor connected: #{self.number} to the learner (generation {generation})")
-        from trainer.algos.acting import act_batch
-
         try:
             self._take_reply(group)
             while not self.stop():
                 self.sequence += 1
-                batch, self.obs = act_batch(
+                batch, self.obs = self.player.act(
                     self.env,
-                    self.policy,
                     self.obs,
                     self.generator,
                     self.config.num_steps,

@@ -70,11 +70,15 @@ class BatchLayout:
     actions: int | None  # discrete: the number of actions; None: continuous
     action_dim: int  # continuous: the vector's length; 1 for discrete
     masked: bool  # the env masks actions: (T, N, n) flags follow
+    priorities: bool = False  # Ape-X under use_per: (T, N) first priorities follow (trainer/algos/replay_feed.py)
 
     @classmethod
     def for_run(cls, config, spec: dict, masked: bool = False) -> BatchLayout:
+        from trainer.config.algorithm_keys import ALGORITHM_TABLE
+
         action = spec["action"]
         discrete = action["kind"] == "discrete"
+        entry = ALGORITHM_TABLE.get(config.algo)
         return cls(
             config.num_steps,
             config.num_envs,
@@ -82,6 +86,7 @@ class BatchLayout:
             int(action["n"]) if discrete else None,
             1 if discrete else int(action["dim"]),
             masked and discrete,
+            bool(entry is not None and entry.replay and config.use_per),
         )
 
     def parts(self, episodes: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -101,6 +106,8 @@ class BatchLayout:
         ]
         if self.masked:
             parts.append(("action_masks", (steps, envs, self.actions)))
+        if self.priorities:
+            parts.append(("priorities", (steps, envs)))
         return parts
 
     def body_size(self, episodes: int) -> int:
@@ -115,7 +122,9 @@ class BatchLayout:
         pieces = []
         for name, shape in self.parts(episodes):
             value = getattr(batch, name)
-            if tuple(value.shape) != shape:
+            if value is None or tuple(value.shape) != shape:
+                if value is None:
+                    raise BadBatch(f"the batch has no {name}, the run's batches have {shape}")
                 raise BadBatch(f"{name} has shape {tuple(value.shape)}, the run's batches have {shape}")
             pieces.append(value.detach().to("cpu", torch.float32).reshape(-1))
         return header, torch.cat(pieces)
@@ -143,6 +152,8 @@ class BatchLayout:
             start += size
             if not torch.isfinite(value).all():
                 raise BadBatch(f"{name} holds a NaN or an infinity")
+            if name == "priorities" and bool((value < 0).any()):
+                raise BadBatch("a negative priority")
             if name in ("terminated", "truncated", "action_masks"):
                 if not ((value == 0) | (value == 1)).all():
                     raise BadBatch(f"{name} holds a value other than 0 and 1")

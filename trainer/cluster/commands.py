@@ -5,7 +5,7 @@ argument parsers and what they do before handing this machine's ranks to the ela
     python -m trainer master --config cluster.yaml [--host 192.168.1.100] [--port 54321] [--token T]
     python -m trainer worker --master 192.168.1.100:54321 [--token T] [--nproc 2]
 
-With `algo: impala` or `appo` the master runs an actor-learner run instead (trainer/cluster/learner.py):
+With `algo: impala`, `appo`, `dqn` or `sac` the master runs an actor-learner run instead (trainer/cluster/learner.py):
 one learner, `--actors N` local actors, and workers that join with `--role actor`.
 """
 
@@ -79,7 +79,7 @@ def build_master_parser() -> argparse.ArgumentParser:
         "--actors",
         type=int,
         default=0,
-        help="algo impala / appo: actor processes started on this machine beside the learner (default 0)",
+        help="algo impala / appo / dqn / sac: actor processes started on this machine beside the learner (default 0)",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--runs-dir", default="runs", help="folder for new run directories (default: runs)")
@@ -157,7 +157,7 @@ def build_worker_parser() -> argparse.ArgumentParser:
         choices=("ranks", "actor"),
         default="ranks",
         help="ranks: training processes of a synchronous run (default); actor: play for an actor-learner "
-        "run's learner (algo impala / appo)",
+        "run's learner (algo impala / appo / dqn / sac)",
     )
     parser.add_argument(
         "--allow-custom-envs",

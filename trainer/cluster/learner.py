@@ -2,7 +2,7 @@
 synchronous cluster, trainer/cluster/launch.py), one learner process that trains with the actors'
 batches, `--actors N` local actor processes, and the learner's restarts.
 
-    python -m trainer master --config impala.yaml [--actors 2]      # algo: impala or appo
+    python -m trainer master --config impala.yaml [--actors 2]      # algo: impala, appo, dqn or sac
     python -m trainer --config impala.yaml --actors 2               # one machine
     python -m trainer worker --master HOST:54321 --role actor       # more actors, anywhere
 
@@ -41,7 +41,8 @@ ACTORS_STOP_SECONDS = 15.0
 
 def learns_from_actors(config) -> bool:
     """The config's algorithm takes actors' batches: its metrics report the experience source's
-    queue (trainer/algos/impala_settings.py SOURCE_METRICS: IMPALA and APPO)."""
+    queue (trainer/algos/impala_settings.py SOURCE_METRICS: IMPALA and APPO; DQN and SAC fed
+    Ape-X style, trainer/algos/replay_feed.py)."""
     from trainer.algos.registry import ALGORITHMS
 
     registration = ALGORITHMS.get(config.algo)
@@ -50,8 +51,11 @@ def learns_from_actors(config) -> bool:
 
 def require_actor_learner(config, flag: str) -> None:
     if not learns_from_actors(config):
+        from trainer.algos.registry import ALGORITHMS
+
+        fed = [name for name, registration in ALGORITHMS.items() if "queue_depth" in registration.metric_names]
         raise ConfigError(
-            f"{flag}: algo {config.algo} learns from its own rollouts; actors feed algo impala or appo "
+            f"{flag}: algo {config.algo} learns from its own rollouts; actors feed algo {', '.join(fed)} "
             f"(--set algo=impala), or train on several processes with --nproc"
         )
 

@@ -69,16 +69,17 @@ def read_yaml_mapping(path: str | Path) -> dict:
         raise ConfigError(str(error)) from None
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """'learning_rate=1e-3' -> ('learning_rate', 0.001); the value is read as YAML."""
+def parse_override(text: str, flag: str = "--set", example: str = "learning_rate=1e-3") -> tuple[str, Any]:
+    """'learning_rate=1e-3' -> ('learning_rate', 0.001); the value is read as YAML. flag / example:
+    the command-line option it came from, for the messages."""
     if "=" not in text:
-        raise ConfigError(f"--set expects key=value (e.g. --set learning_rate=1e-3), got {short_repr(text)}")
+        raise ConfigError(f"{flag} expects key=value (e.g. {flag} {example}), got {short_repr(text)}")
     name, _, value_text = text.partition("=")
     name = name.strip()
     if not name:
-        raise ConfigError(f"--set expects key=value, the key is empty in {short_repr(text)}")
+        raise ConfigError(f"{flag} expects key=value, the key is empty in {short_repr(text)}")
     try:
-        value = load_yaml_text(value_text, f"--set {name}", mapping=False) if value_text.strip() else None
+        value = load_yaml_text(value_text, f"{flag} {name}", mapping=False) if value_text.strip() else None
     except YamlError as error:
         if "alias" in str(error) or "nested" in str(error) or "too large" in str(error):
             raise ConfigError(str(error)) from None

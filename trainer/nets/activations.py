@@ -111,3 +111,31 @@ class Tanh(nn.Tanh):
         if x.device.type != "cpu" or (torch.is_grad_enabled() and x.requires_grad):
             return torch.tanh(x)
         return ACTIVATIONS[nn.Tanh].fast(x)
+
+
+# The written-out passes of an MLP given as `mlp_layers` (trainer/algos/ppo_fast.py, dqn_fast.py).
+
+Layers = list[tuple[nn.Linear, Activation | None]]
+
+
+def mlp_forward(layers: Layers, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """The MLP's output and the input of each of its Linear layers."""
+    inputs = []
+    for linear, activation in layers:
+        inputs.append(x)
+        if activation is None:
+            x = torch.addmm(linear.bias, x, linear.weight.t())
+        else:
+            x = activation.after_linear(linear, x)
+    return x, inputs
+
+
+def mlp_backward(layers: Layers, inputs: list[Tensor], grad_output: Tensor) -> None:
+    """Back-propagate dL/d(output) through the MLP into its parameters' `.grad` (which
+    `adam.Adam.check_parameters` has checked are still the optimiser's, before this step)."""
+    for index in reversed(range(len(layers))):
+        linear, x = layers[index][0], inputs[index]
+        torch.mm(grad_output.t(), x, out=linear.weight.grad)
+        torch.sum(grad_output, 0, out=linear.bias.grad)
+        if index > 0:  # x is the previous layer's activation output
+            grad_output = layers[index - 1][1].backward(grad_output.mm(linear.weight), x)
