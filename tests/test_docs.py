@@ -23,7 +23,7 @@ INSTALL_AND_START = (  # the Quick start's two blocks: the dependencies and the 
     "python -m pip install -e .",
     "rl-studio",
 )
-TEST_COMMAND = 'python -m pytest -m "not slow" -q'
+TEST_COMMAND = 'python -m pytest -m "not slow" -q -n auto --dist loadfile'
 
 
 def _load(name: str):

@@ -78,8 +78,8 @@ NOT_RUN = {
     ("docs/sweeps.md", 'python -m pip install "optuna>=4"'): (
         "a sweep of 40 trainings, minutes; tests/test_sweep.py runs small ones"
     ),
-    ("README.md", 'python -m pytest -m "not slow" -q'): "runs tests, this one among the suite",
-    ("docs/development.md", 'python -m pytest -m "not slow" -q'): "runs tests, this one among the suite",
+    ("README.md", 'python -m pytest -m "not slow" -q -n auto --dist loadfile'): "runs tests, this one among the suite",
+    ("docs/development.md", 'python -m pytest -m "not slow" -q -n auto --dist loadfile'): "runs tests, this one among the suite",
     (
         "docs/trainer.md",
         'python -m pytest -m "not slow" -q tests/test_config.py tests/test_checkpoint.py tests/test_trainer_*.py',

@@ -15,7 +15,7 @@ learner's, so every batch of a run has the same shapes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -49,6 +49,23 @@ class ExperienceBatch:
     def steps(self) -> int:
         """Env steps in the batch (T * N)."""
         return self.rewards.numel()
+
+    def arrived(self, num_steps: int, num_envs: int, device) -> ExperienceBatch:
+        """This batch from an actor on the learner's `device`, once its shape is the run's
+        (num_steps x num_envs); a batch of another shape is refused with what to fix."""
+        if tuple(self.rewards.shape) != (num_steps, num_envs):
+            raise ValueError(
+                f"actor {self.actor} sent a batch of {tuple(self.rewards.shape)} steps x envs; this run's "
+                f"num_steps x num_envs is {(num_steps, num_envs)}: actors must run the learner's config"
+            )
+        import torch
+
+        moved = {
+            item.name: value.to(device)
+            for item in fields(self)
+            if isinstance(value := getattr(self, item.name), torch.Tensor)
+        }
+        return replace(self, **moved)
 
 
 class ExperienceSource(Protocol):

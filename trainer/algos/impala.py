@@ -98,20 +98,7 @@ class IMPALA(Algorithm):
 
     def _arrived(self, batch: ExperienceBatch) -> ExperienceBatch:
         """An actor's batch on this device, once its shape is the run's."""
-        config = self.setup.config
-        expected = (config.num_steps, config.num_envs)
-        if tuple(batch.rewards.shape) != expected:
-            raise ValueError(
-                f"actor {batch.actor} sent a batch of {tuple(batch.rewards.shape)} steps x envs; this run's "
-                f"num_steps x num_envs is {expected}: actors must run the learner's config"
-            )
-        device = self.setup.device
-        moved = {
-            item.name: getattr(batch, item.name).to(device)
-            for item in fields(batch)
-            if isinstance(getattr(batch, item.name), Tensor)
-        }
-        return replace(batch, **moved)
+        return batch.arrived(self.setup.config.num_steps, self.setup.config.num_envs, self.setup.device)
 
     @torch.no_grad()
     def _corrected(self, batch: ExperienceBatch) -> UpdateBatch:

@@ -33,7 +33,6 @@ observation after its last step).
 from __future__ import annotations
 
 import math
-from dataclasses import fields, replace
 
 import torch
 from torch import Tensor, nn
@@ -89,24 +88,12 @@ class ReplayFeed:
 
     def _arrived(self, batch: ExperienceBatch) -> ExperienceBatch:
         config = self.setup.config
-        expected = (config.num_steps, config.num_envs)
-        if tuple(batch.rewards.shape) != expected:
-            raise ValueError(
-                f"actor {batch.actor} sent a batch of {tuple(batch.rewards.shape)} steps x envs; this run's "
-                f"num_steps x num_envs is {expected}: actors must run the learner's config"
-            )
         if batch.action_masks is not None:
             raise ValueError(
                 f"{config.algo} with actors does not take envs that mask actions (the buffer needs the mask "
                 f"after each step); train it without actors"
             )
-        device = self.setup.device
-        moved = {
-            item.name: value.to(device)
-            for item in fields(batch)
-            if isinstance(value := getattr(batch, item.name), Tensor)
-        }
-        return replace(batch, **moved)
+        return batch.arrived(config.num_steps, config.num_envs, self.setup.device)
 
 
 def write_batch(buffer: ReplayBuffer, batch: ExperienceBatch) -> None:

@@ -22,6 +22,7 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer.cluster.admission import AdmissionGate, resolve_token
@@ -207,15 +208,21 @@ def launch_here(config, args: argparse.Namespace, nproc: int) -> int:
     import dataclasses
 
     config = dataclasses.replace(config, min_nodes=1, max_nodes=1, nproc_per_node=nproc)
+    return host_here(host_run, config, args, nproc)
+
+
+def host_here(host: Callable[..., int], config, args: argparse.Namespace, processes: int) -> int:
+    """Run `host` (`host_run`, or trainer/cluster/learner.py's `host_actor_learner`) for `config`
+    with `processes` local processes, on a free loopback port, without a token (nothing else can join)."""
     run_dir = run_dir_for(config, args.resume, args.run_dir, args.runs_dir)
     quiet = getattr(args, "quiet", False)
-    return host_run(
+    return host(
         config,
         run_dir,
         "127.0.0.1",
         free_port(),
         None,
-        nproc,
+        processes,
         say=(lambda line: None) if quiet else print,
         allow_custom_envs=bool(getattr(args, "allow_custom_envs", False)),
     )

@@ -235,18 +235,7 @@ def local_actor(master: str, token: str, allow_custom_envs: bool) -> None:
 
 def launch_actor_learner_here(config, args, actors: int) -> int:
     """`python -m trainer --config X.yaml --actors N`: the learner and N actors on this machine."""
-    from trainer.cluster.launch import run_dir_for
+    from trainer.cluster.launch import host_here
 
     require_actor_learner(config, "--actors")
-    run_dir = run_dir_for(config, args.resume, args.run_dir, args.runs_dir)
-    quiet = getattr(args, "quiet", False)
-    return host_actor_learner(
-        config,
-        run_dir,
-        "127.0.0.1",
-        free_port(),
-        None,
-        actors,
-        say=(lambda line: None) if quiet else print,
-        allow_custom_envs=bool(getattr(args, "allow_custom_envs", False)),
-    )
+    return host_here(host_actor_learner, config, args, actors)

@@ -23,7 +23,75 @@ from trainer.nets.torso import ConvTorso, hidden_sizes, layer, mlp, obs_size
 LOG_2PI = math.log(2 * math.pi)
 
 
-class ActorCritic(PlayingNetwork):
+class PolicyDistribution(PlayingNetwork):
+    """What every actor-critic's policy head shares (`ActorCritic`; `RecurrentActorCritic` in
+    trainer/nets/recurrent.py): a categorical distribution over `logits` for discrete actions, a
+    Gaussian around `head` with the state-independent `log_std` for continuous ones; sampling it,
+    its log-probabilities and entropy."""
+
+    def choose(
+        self,
+        head: Tensor,
+        value: Tensor,
+        generator: torch.Generator | None,
+        deterministic: bool,
+        action_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(action, log pi(action), value) from the actor's (masked) `head`: its most likely action,
+        or a sample of the policy."""
+        if deterministic:
+            action = head.argmax(-1) if self.discrete else head
+        else:
+            noise = self.action_noise(1, head.shape[0], generator, head.device)[0]
+            std = self.log_std.exp() if not self.discrete else None
+            action = self.noisy_action(head.clone(), noise, std, action_mask)
+        return action, self._log_prob(head, action), value
+
+    def action_noise(
+        self, steps: int, batch: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+    ) -> Tensor:
+        """(steps, batch, head size) randomness for `steps` batches of actions: Gumbel noise for
+        a categorical head, standard normal noise for a Gaussian one (see `noisy_action`)."""
+        action = self.spec["action"]
+        shape = (steps, batch, action["n"] if self.discrete else action["dim"])
+        if self.discrete:  # Gumbel(0, 1) = -log(-log(U)), U uniform in [0, 1)
+            return torch.rand(shape, generator=generator, device=device).log_().neg_().log_().neg_()
+        return torch.randn(shape, generator=generator, device=device)
+
+    def noisy_action(
+        self, head: Tensor, noise: Tensor, std: Tensor | None, action_mask: Tensor | None = None
+    ) -> Tensor:
+        """A sample of the policy, computed in place on `head`: argmax(logits + Gumbel noise) is a
+        sample of softmax(logits) (the Gumbel-max trick); mean + std * noise one of the Gaussian.
+        With `action_mask`, the argmax runs over the allowed actions only."""
+        if action_mask is not None:
+            return masked_sample(head, noise, action_mask)
+        if self.discrete:
+            return head.add_(noise).argmax(-1)
+        return head.addcmul_(noise, std)
+
+    def _log_prob_and_entropy(self, head: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        """(log pi(action), entropy of pi) of the distribution the actor's `head` describes."""
+        if self.discrete:
+            log_probs = head.log_softmax(-1)
+            log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            return log_prob, -(log_probs.exp() * log_probs).sum(-1)
+        entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(head.shape[0])
+        return self._gaussian_log_prob(head, action), entropy
+
+    def _log_prob(self, head: Tensor, action: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        if action_mask is not None:
+            head = mask_logits(head, action_mask)
+        if self.discrete:
+            return head.log_softmax(-1).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        return self._gaussian_log_prob(head, action)
+
+    def _gaussian_log_prob(self, mean: Tensor, action: Tensor) -> Tensor:
+        log_std = self.log_std
+        return (-0.5 * ((action - mean) / log_std.exp()).square() - log_std - 0.5 * LOG_2PI).sum(-1)
+
+
+class ActorCritic(PolicyDistribution):
     """pi(a|s) and V(s). The methods take *normalised* observations (see `normalize_obs`),
     because the trainer stores observations as the policy saw them during the rollout."""
 
@@ -89,36 +157,7 @@ class ActorCritic(PlayingNetwork):
         if action_mask is not None:
             head = mask_logits(head, action_mask)
         value = self.critic(critic_input).squeeze(-1)
-        if deterministic:
-            action = head.argmax(-1) if self.discrete else head
-        else:
-            noise = self.action_noise(1, head.shape[0], generator, head.device)[0]
-            std = self.log_std.exp() if not self.discrete else None
-            action = self.noisy_action(head.clone(), noise, std, action_mask)
-        return action, self._log_prob(head, action), value
-
-    def action_noise(
-        self, steps: int, batch: int, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
-    ) -> Tensor:
-        """(steps, batch, head size) randomness for `steps` batches of actions: Gumbel noise for
-        a categorical head, standard normal noise for a Gaussian one (see `noisy_action`)."""
-        action = self.spec["action"]
-        shape = (steps, batch, action["n"] if self.discrete else action["dim"])
-        if self.discrete:  # Gumbel(0, 1) = -log(-log(U)), U uniform in [0, 1)
-            return torch.rand(shape, generator=generator, device=device).log_().neg_().log_().neg_()
-        return torch.randn(shape, generator=generator, device=device)
-
-    def noisy_action(
-        self, head: Tensor, noise: Tensor, std: Tensor | None, action_mask: Tensor | None = None
-    ) -> Tensor:
-        """A sample of the policy, computed in place on `head`: argmax(logits + Gumbel noise) is a
-        sample of softmax(logits) (the Gumbel-max trick); mean + std * noise one of the Gaussian.
-        With `action_mask`, the argmax runs over the allowed actions only."""
-        if action_mask is not None:
-            return masked_sample(head, noise, action_mask)
-        if self.discrete:
-            return head.add_(noise).argmax(-1)
-        return head.addcmul_(noise, std)
+        return self.choose(head, value, generator, deterministic, action_mask)
 
     def sampler(self) -> ActionSampler:
         """A fast no-grad actor for the rollout (a snapshot of the current weights)."""
@@ -141,23 +180,3 @@ class ActorCritic(PlayingNetwork):
             head = mask_logits(head, action_mask)
         value = self.critic(critic_input).squeeze(-1)
         return (*self._log_prob_and_entropy(head, action), value)
-
-    def _log_prob_and_entropy(self, head: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        """(log pi(action), entropy of pi) of the distribution the actor's `head` describes."""
-        if self.discrete:
-            log_probs = head.log_softmax(-1)
-            log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            return log_prob, -(log_probs.exp() * log_probs).sum(-1)
-        entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(head.shape[0])
-        return self._gaussian_log_prob(head, action), entropy
-
-    def _log_prob(self, head: Tensor, action: Tensor, action_mask: Tensor | None = None) -> Tensor:
-        if action_mask is not None:
-            head = mask_logits(head, action_mask)
-        if self.discrete:
-            return head.log_softmax(-1).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        return self._gaussian_log_prob(head, action)
-
-    def _gaussian_log_prob(self, mean: Tensor, action: Tensor) -> Tensor:
-        log_std = self.log_std
-        return (-0.5 * ((action - mean) / log_std.exp()).square() - log_std - 0.5 * LOG_2PI).sum(-1)

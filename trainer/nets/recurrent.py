@@ -29,22 +29,15 @@ import torch
 from torch import Tensor, nn
 
 from trainer.nets.masks import as_mask, mask_logits
-from trainer.nets.playing import PlayingNetwork
-from trainer.nets.policies import ActorCritic
+from trainer.nets.policies import PolicyDistribution
 from trainer.nets.spec import LSTM_SIZE
 from trainer.nets.torso import layer, obs_size
 
 
-class RecurrentActorCritic(PlayingNetwork):
+class RecurrentActorCritic(PolicyDistribution):
     """pi(a | history) and V(history) through an LSTM; methods take *normalised* observations."""
 
     recurrent = True
-    # The sampling and the distribution terms are ActorCritic's (one place for each).
-    action_noise = ActorCritic.action_noise
-    noisy_action = ActorCritic.noisy_action
-    _log_prob = ActorCritic._log_prob
-    _gaussian_log_prob = ActorCritic._gaussian_log_prob
-    _log_prob_and_entropy = ActorCritic._log_prob_and_entropy
 
     def __init__(self, spec: dict):
         super().__init__(spec)
@@ -130,13 +123,7 @@ class RecurrentActorCritic(PlayingNetwork):
         head, value, self.last_state = self.step(obs, state, episode_start)
         if action_mask is not None:
             head = mask_logits(head, action_mask)
-        if deterministic:
-            action = head.argmax(-1) if self.discrete else head
-        else:
-            noise = self.action_noise(1, head.shape[0], generator, head.device)[0]
-            std = self.log_std.exp() if not self.discrete else None
-            action = self.noisy_action(head.clone(), noise, std, action_mask)
-        return action, self._log_prob(head, action), value
+        return self.choose(head, value, generator, deterministic, action_mask)
 
     def play(
         self,
