@@ -79,7 +79,10 @@ NOT_RUN = {
         "a sweep of 40 trainings, minutes; tests/test_sweep.py runs small ones"
     ),
     ("README.md", 'python -m pytest -m "not slow" -q -n auto --dist loadfile'): "runs tests, this one among the suite",
-    ("docs/development.md", 'python -m pytest -m "not slow" -q -n auto --dist loadfile'): "runs tests, this one among the suite",
+    (
+        "docs/development.md",
+        'python -m pytest -m "not slow" -q -n auto --dist loadfile',
+    ): "runs tests, this one among the suite",
     (
         "docs/trainer.md",
         'python -m pytest -m "not slow" -q tests/test_config.py tests/test_checkpoint.py tests/test_trainer_*.py',
