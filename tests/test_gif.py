@@ -5,6 +5,7 @@ by the Train view, the log, `trainer evaluate --gif` and the Evaluate tab."""
 from __future__ import annotations
 
 import pytest
+import torch
 from PIL import Image
 
 from envs import make_vec_env
@@ -119,7 +120,8 @@ def test_playing_on_gets_what_the_budget_has_left_after_drawing():
 def test_the_recorder_draws_no_more_than_it_is_given(tmp_path, cartpole_recorder):
     recorder, weights = cartpole_recorder
     gif = recorder(300).record(weights, tmp_path / "short.gif", seed=0, play_on_seconds=0.0, max_frames=3)
-    assert gif.frames == 3 and Image.open(gif.path).n_frames == 3
+    # The GIF may hold fewer: Pillow merges a frame identical to the one before (a cart that did not move).
+    assert gif.frames == 3 and 1 <= Image.open(gif.path).n_frames <= 3
 
 
 # -- the recorder on a real game -----------------------------------------------------------------
@@ -138,6 +140,7 @@ def cartpole_recorder():
 
     from trainer.nets.build import build_policy
 
+    torch.manual_seed(0)  # the same untrained policy in every process the tests run in
     return recorder, build_policy(spec).state_dict()
 
 
