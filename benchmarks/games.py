@@ -280,33 +280,22 @@ def render_markdown(section: dict[str, Any]) -> str:
 
 
 def render_console(section: dict[str, Any]) -> str:
-    table = [HEADERS, *rows(section)]
-    widths = [max(len(line[column]) for line in table) for column in range(len(HEADERS))]
-    out = []
-    for index, line in enumerate(table):
-        out.append("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
-        if index == 0:
-            out.append("  ".join("-" * width for width in widths))
-    return "\n".join(out) + "\n"
+    from benchmarks.report import console_table
+
+    return console_table(HEADERS, rows(section))
 
 
 def write_section_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """games.json and games.md beside the suite's results.md (which other sections rewrite)."""
+    from benchmarks.report import measured_line, write_section_json
     from trainer.run.files import atomic_write
 
     section = results["games"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / "games.json", out_dir / "games.md"
-    kept = {key: results.get(key) for key in ("command", "machine", "started", "finished")}
-    atomic_write(json_path, json.dumps({**kept, "games": section}, indent=1))
-    machine = results.get("machine", {})
+    json_path, md_path = write_section_json(results, "games", out_dir), out_dir / "games.md"
     header = [
         "# What each shipped game config reaches",
         "",
-        f"Command: `{results.get('command', '')}`  ",
-        f"Measured: {results.get('finished', '')} on {machine.get('cpu', '?')} ({machine.get('cores', '?')} cores), "
-        f"torch {machine.get('torch', '?')} ({machine.get('threads', '?')} thread(s)), "
-        f"load average at start {machine.get('load_average_at_start', '?')}.",
+        measured_line(results),
         "",
         f"Each seed trains in a fresh process for the budget, then its final model plays {section['episodes']} "
         f"greedy games on held-out env seeds ({EVAL_SEED_OFFSET} + the training seed); Flappy Bird's cap is "

@@ -168,26 +168,18 @@ def off_policy_rows(results: dict[str, Any]) -> list:
 
 
 def write_section_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
-    import json
 
     from benchmarks import report
     from benchmarks.off_policy import SB3_HAS_NONE
     from trainer.run.files import atomic_write
 
     section = results["off_policy"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / "off_policy.json", out_dir / "off_policy.md"
-    kept = {key: results.get(key) for key in ("command", "machine", "started", "finished")}
-    atomic_write(json_path, json.dumps({**kept, "off_policy": section}, indent=1))
-    machine = results.get("machine", {})
+    json_path, md_path = report.write_section_json(results, "off_policy", out_dir), out_dir / "off_policy.md"
+    sb3 = results.get("machine", {}).get("stable_baselines3", "?")
     header = [
         "# Off-policy benchmark: our DQN and SAC against Stable-Baselines3's",
         "",
-        f"Command: `{results.get('command', '')}`  ",
-        f"Measured: {results.get('finished', '')} on {machine.get('cpu', '?')} ({machine.get('cores', '?')} cores), "
-        f"torch {machine.get('torch', '?')} ({machine.get('threads', '?')} thread(s) each side), "
-        f"stable-baselines3 {machine.get('stable_baselines3', '?')}, "
-        f"load average at start {machine.get('load_average_at_start', '?')}.",
+        report.measured_line(results, "thread(s) each side", f"stable-baselines3 {sb3}, "),
         "",
         "Each run in a fresh process; both sides run the config's hyperparameters (what SB3 lacks is off on "
         "ours: " + "; ".join(f"{algo}: {', '.join(keys)}" for algo, keys in SB3_HAS_NONE.items()) + "). "

@@ -271,14 +271,39 @@ def render_markdown(rows: list[Row]) -> str:
 
 
 def render_console(rows: list[Row]) -> str:
-    table = [HEADERS] + [(r.measurement, r.ours, r.peer, r.ratio, r.goal, r.met) for r in rows]
-    widths = [max(len(line[column]) for line in table) for column in range(len(HEADERS))]
+    return console_table(HEADERS, [(r.measurement, r.ours, r.peer, r.ratio, r.goal, r.met) for r in rows])
+
+
+def console_table(headers, lines) -> str:
+    """A plain-text table for the terminal: `headers`, a rule, then `lines`, in padded columns."""
+    table = [tuple(headers), *lines]
+    widths = [max(len(line[column]) for line in table) for column in range(len(headers))]
     out = []
     for index, line in enumerate(table):
         out.append("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
         if index == 0:
             out.append("  ".join("-" * width for width in widths))
     return "\n".join(out) + "\n"
+
+
+def write_section_json(results: dict[str, Any], name: str, out_dir: Path) -> Path:
+    """<out_dir>/<name>.json: a section that keeps its own files (its figures, the command, the
+    machine and the times), beside the suite's results.json that other sections rewrite."""
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kept = {key: results.get(key) for key in ("command", "machine", "started", "finished")}
+    return atomic_write(out_dir / f"{name}.json", json.dumps({**kept, name: results[name]}, indent=1))
+
+
+def measured_line(results: dict[str, Any], threads: str = "thread(s)", extra: str = "") -> str:
+    """The markdown lines saying how the figures were taken: the command, when, on what."""
+    machine = results.get("machine", {})
+    return (
+        f"Command: `{results.get('command', '')}`  \n"
+        f"Measured: {results.get('finished', '')} on {machine.get('cpu', '?')} ({machine.get('cores', '?')} cores), "
+        f"torch {machine.get('torch', '?')} ({machine.get('threads', '?')} {threads}), {extra}"
+        f"load average at start {machine.get('load_average_at_start', '?')}."
+    )
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> list[Path]:

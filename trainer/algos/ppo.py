@@ -236,12 +236,18 @@ def ppo_update(
             loss_totals += losses
             log_ratios.append(log_ratio)
             steps_taken += 1
-        epoch_ratio_stats = ratio_statistics(torch.cat(log_ratios), settings.clip_coef)
-        ratio_totals += epoch_ratio_stats
         epochs_taken += 1
-        if settings.target_kl is not None and epoch_ratio_stats[0].item() > settings.target_kl:
+        if end_of_epoch(log_ratios, ratio_totals, settings):
             break
     return update_statistics(loss_totals / steps_taken, ratio_totals / epochs_taken, batch, steps_taken)
+
+
+def end_of_epoch(log_ratios: list[Tensor], ratio_totals: Tensor, settings: UpdateSettings) -> bool:
+    """Add the epoch's (approx KL, clip fraction) to `ratio_totals`; True when it moved the policy
+    past `target_kl` (the update stops early)."""
+    epoch_ratio_stats = ratio_statistics(torch.cat(log_ratios), settings.clip_coef)
+    ratio_totals += epoch_ratio_stats
+    return settings.target_kl is not None and epoch_ratio_stats[0].item() > settings.target_kl
 
 
 def update_statistics(losses: Tensor, ratios: Tensor, batch: UpdateBatch, steps_taken: int) -> dict[str, float]:

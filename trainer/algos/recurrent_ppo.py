@@ -27,8 +27,8 @@ from torch import Tensor
 
 from trainer.algos.adam import Adam
 from trainer.algos.base import Progress, Setup
-from trainer.algos.ppo import PPO, _minibatch_step, _normalize_rows, compute_gae, update_statistics
-from trainer.algos.ppo_gradient import ppo_objective, ratio_statistics
+from trainer.algos.ppo import PPO, _minibatch_step, _normalize_rows, compute_gae, end_of_epoch, update_statistics
+from trainer.algos.ppo_gradient import ppo_objective
 from trainer.algos.ppo_settings import UpdateSettings
 from trainer.algos.rollout import RolloutBuffer, _finish_step
 from trainer.nets.masks import check_some_allowed, mask_logits
@@ -249,10 +249,8 @@ def recurrent_update(
             loss_totals += losses
             log_ratios.append(log_ratio)
             steps_taken += 1
-        epoch_ratio_stats = ratio_statistics(torch.cat(log_ratios), settings.clip_coef)
-        ratio_totals += epoch_ratio_stats
         epochs_taken += 1
-        if settings.target_kl is not None and epoch_ratio_stats[0].item() > settings.target_kl:
+        if end_of_epoch(log_ratios, ratio_totals, settings):
             break
     return update_statistics(loss_totals / steps_taken, ratio_totals / epochs_taken, batch, steps_taken)
 
