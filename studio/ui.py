@@ -100,7 +100,7 @@ def build_app(
     with gr.Blocks(title="RL Studio", delete_cache=(600, 3600)) as demo:
         live_viewed = gr.State({}, time_to_live=SESSION_SECONDS)
         gr.Markdown(
-            "# RL Studio\nTrain a game-playing agent with PPO: pick a game and a model, press "
+            "# RL Studio\nTrain a game-playing agent: pick a game, a model and an algorithm, press "
             "**Start**, watch it learn, download the trained model.",
             elem_id="studio-title",
         )
