@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -106,8 +107,18 @@ class RunManager(QueueingRuns):
     # ---- lifecycle
 
     def start_fork_server(self) -> None:
-        """Start the trainers' fork server now (see __init__'s start_fork_server_now)."""
-        start_fork_server(self._start_method)
+        """Start the trainers' fork server now (see __init__'s start_fork_server_now). Where it cannot
+        start (its Unix socket lives under TMPDIR: a long TMPDIR makes the path too long for one),
+        trainers are spawned instead: each run starts a few seconds slower, and the studio says why."""
+        try:
+            start_fork_server(self._start_method)
+        except OSError as error:
+            with self._lock:
+                self._start_method, self._context = "spawn", trainer_context("spawn")
+            print(
+                f"note: trainers start without a fork server ({error}); each run starts a few seconds slower",
+                file=sys.stderr,
+            )
 
     def start(self, config: dict) -> RunState:
         """Create a run folder for `config` (already validated) and start its trainer."""

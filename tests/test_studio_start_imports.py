@@ -70,3 +70,20 @@ def test_the_page_is_made_into_a_web_app_once_at_launch(tmp_path, monkeypatch):
     finally:
         demo.close()
         demo.studio.manager.shutdown()
+
+
+def test_a_fork_server_that_cannot_start_leaves_trainers_spawned_not_a_dead_studio(tmp_path, monkeypatch, capsys):
+    # A long TMPDIR makes the fork server's Unix socket path too long to bind: the studio, which
+    # starts the server after its page answers, must go on and spawn its trainers instead.
+    import studio.runs
+    from studio.runs import RunManager
+
+    def too_long(start_method):
+        raise OSError("AF_UNIX path too long")
+
+    monkeypatch.setattr(studio.runs, "start_fork_server", too_long)
+    manager = RunManager(tmp_path / "runs", start_method="forkserver", start_fork_server_now=False)
+    manager.start_fork_server()
+    assert manager._context.get_start_method() == "spawn"
+    assert "trainers start without a fork server (AF_UNIX path too long)" in capsys.readouterr().err
+    manager.shutdown()
