@@ -293,9 +293,10 @@ class TrainConfig(AlgorithmSettings):
         CLUSTER,
     )
     learner_queue_batches: int = key(
-        16,
+        2,
         "Actor-learner runs: actors' batches the learner keeps waiting; when it falls behind, the "
-        "oldest are dropped (and counted), so memory stays bounded.",
+        "oldest are dropped (and counted), so memory stays bounded. Small keeps what it learns from "
+        "fresh: a long queue of fast actors' batches is as many updates old as it is long.",
         Integer(minimum=1, maximum=100_000),
         CLUSTER,
     )
