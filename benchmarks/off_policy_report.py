@@ -3,7 +3,9 @@ the suite's table (ours, SB3, the ratio) and as off_policy.json / off_policy.md 
 beside the suite's results.
 
 Medians over seeds; a run that never reached the target counts as infinitely slow, and where one
-side never got there the ratio is the bound its shortest unreached run still gives.
+side never got there the ratio is the bound its shortest unreached run still gives. A budget
+evaluation's row gives the median over seeds of each seed's mean deterministic return, with the
+task's target as the goal, met or not by ours.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ def task_rows(entry: dict[str, Any]) -> list:
     label, target, cap = entry["label"], entry["target"], entry["cap_seconds"]
     if "error" in entry:
         return [Row(f"{label}: not measured", "FAILED: " + entry["error"].splitlines()[0][:100])]
+    if "target" not in entry.get("parts", ["target"]):  # --off-policy-tasks NAME:budget
+        return []
     ours, sb3 = summary(entry["ours"]), summary(entry["sb3"])
     seeds = (
         f"median of {ours['runs']} seed(s); reached {ours['reached']}/{ours['runs']} vs {sb3['reached']}/{sb3['runs']}"
@@ -118,6 +122,70 @@ def task_rows(entry: dict[str, Any]) -> list:
             _ratio(_divide(ours["median_rate"], sb3["median_rate"])),
         ),
     ]
+
+
+def _evaluations(runs: list[dict]) -> dict[str, Any]:
+    """Each seed's mean deterministic return, their median, the worst episode, the first failure."""
+    means = [run["evaluation"]["return_mean"] for run in runs if "evaluation" in run]
+    worst = [run["evaluation"]["return_min"] for run in runs if "evaluation" in run]
+    return {
+        "runs": len(runs),
+        "means": means,
+        "median": statistics.median(means) if means else None,
+        "worst_episode": min(worst) if worst else None,
+        "error": next((run["error"] for run in runs if "error" in run), None),
+    }
+
+
+def _evaluation_text(side: dict[str, Any]) -> str:
+    if side["median"] is None:
+        return "FAILED: " + (side["error"] or "no run").splitlines()[-1][:80]
+    seeds = ", ".join(f"{mean:.0f}" for mean in side["means"])
+    failed = side["runs"] - len(side["means"])
+    return f"{side['median']:.1f} (seeds {seeds}; worst episode {side['worst_episode']:.0f})" + (
+        f"; {failed} FAILED" if failed else ""
+    )
+
+
+def budget_rows(entry: dict[str, Any]) -> list:
+    """The budget evaluation of a task, if it had one: ours and SB3, the goal judged for ours."""
+    from benchmarks.report import Row, _yes_no
+
+    budget = entry.get("budget")
+    if not budget:
+        return []
+    ours, sb3 = _evaluations(budget["ours"]), _evaluations(budget["sb3"])
+    source = f"{budget['source']}; " if budget.get("source") else ""
+    goal = budget["goal"]
+    return [
+        Row(
+            f"{entry['label']}: deterministic evaluation return after {budget['steps']:,} env steps "
+            f"({source}median of {ours['runs']} seed(s), {budget['episodes']} episodes each)",
+            _evaluation_text(ours),
+            _evaluation_text(sb3),
+            "",
+            f">= {goal:g}",
+            _yes_no(None if ours["median"] is None else ours["median"] >= goal),
+        )
+    ]
+
+
+def budget_text(section: dict[str, Any]) -> list[str]:
+    """The section's words on its budget evaluations, once: how they are made and what the mean-100
+    rows cannot show within the budget."""
+    from benchmarks.games import EVAL_SEED_OFFSET
+
+    budgets = [entry["budget"] for entry in section.get("tasks", {}).values() if entry.get("budget")]
+    if not budgets:
+        return []
+    lines = [
+        "Budget evaluation (how RL Zoo judges its budgets): each side trains exactly the budget's env steps at the "
+        f"same settings, then plays {budgets[0]['episodes']} episodes deterministically on held-out env seeds "
+        f"({EVAL_SEED_OFFSET} + the training seed; SB3: evaluate_policy); Met: ours (median over seeds) against the "
+        "goal."
+    ]
+    lines += [budget["why"] for budget in budgets if budget.get("why")]
+    return [" ".join(lines), ""]
 
 
 def throughput_rows(throughput: dict[str, Any], cartpole: dict[str, Any] | None) -> list:
@@ -156,7 +224,7 @@ def off_policy_rows(results: dict[str, Any]) -> list:
     rows = []
     tasks = results.get("tasks", {})
     for entry in tasks.values():
-        rows += task_rows(entry)
+        rows += task_rows(entry) + budget_rows(entry)
     if "throughput" in results:
         rows += throughput_rows(results["throughput"], tasks.get("dqn_cartpole"))
     return rows
@@ -185,6 +253,7 @@ def write_section_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
         "ours: " + "; ".join(f"{algo}: {', '.join(keys)}" for algo, keys in SB3_HAS_NONE.items()) + "). "
         "Ratio: SB3 / ours for seconds and steps to the target, ours / SB3 for steps/s (above 1: ours ahead).",
         "",
+        *budget_text(section),
     ]
     atomic_write(md_path, "\n".join(header) + "\n" + report.render_markdown(off_policy_rows(section)))
     written = [json_path, md_path]
@@ -199,7 +268,7 @@ def plot_off_policy(section: dict[str, Any], path: Path) -> Path | None:
     """Mean-100 return against training seconds, one panel per task, every seed of both sides."""
     from benchmarks.plots import OURS_COLOR, SB3_COLOR, _save, plt
 
-    tasks = [entry for entry in section.get("tasks", {}).values() if "error" not in entry]
+    tasks = [entry for entry in section.get("tasks", {}).values() if "error" not in entry and entry.get("ours")]
     if not tasks:
         return None
     figure, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)

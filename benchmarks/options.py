@@ -119,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="off_policy: env steps of the DQN CartPole throughput runs (default 200000, 20000 with --quick)",
     )
+    parser.add_argument(
+        "--off-policy-tasks",
+        default=None,
+        help="off_policy: comma-separated tasks to run (default all, and the throughput), e.g. sac_pendulum, or "
+        "sac_pendulum:budget for only its budget evaluation, or throughput",
+    )
     parser.add_argument("--device", default="cpu", help="device for our trainer (SB3 stays on cpu)")
     parser.add_argument(
         "--configs",
@@ -157,6 +163,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.lunar_cap = args.lunar_cap or (20.0 if args.quick else 900.0)
     args.lunar_seeds = args.lunar_seeds or 1
     args.off_policy_steps = args.off_policy_steps or (20_000 if args.quick else 200_000)
+    if args.off_policy_tasks is not None:
+        from benchmarks.off_policy import selected_parts
+
+        args.off_policy_tasks = [name.strip() for name in args.off_policy_tasks.split(",") if name.strip()]
+        try:
+            selected_parts(args.off_policy_tasks)
+        except ValueError as error:
+            parser.error(str(error))
     try:
         args.scaling_envs = (
             [int(n) for n in args.scaling_envs.split(",")]

@@ -112,8 +112,12 @@ class MetricsRecorder:
         return self.cap_seconds is not None and time.perf_counter() - self.train_start > self.cap_seconds
 
 
-def _train(config, recorder_factory: Callable[[float], MetricsRecorder]) -> tuple[MetricsRecorder, float, int]:
-    """Run `train` in a temporary run directory; (recorder, seconds of the train() call, steps)."""
+def _train(
+    config, recorder_factory: Callable[[float], MetricsRecorder], on_result: Callable[[Any], None] | None = None
+) -> tuple[MetricsRecorder, float, int]:
+    """Run `train` in a temporary run directory; (recorder, seconds of the train() call, steps).
+    `on_result` gets the TrainResult after the timing, while its run directory (the final model
+    file) still exists: e.g. to evaluate the model."""
     from trainer.run.loop import train
 
     with tempfile.TemporaryDirectory(prefix="rl_studio_bench_run_") as run_dir:
@@ -121,6 +125,8 @@ def _train(config, recorder_factory: Callable[[float], MetricsRecorder]) -> tupl
         recorder = recorder_factory(start)
         result = train(config, Path(run_dir) / "run", sinks=[recorder], should_stop=recorder.should_stop)
         seconds = time.perf_counter() - start
+        if on_result is not None:
+            on_result(result)
     return recorder, seconds, int(result.step)
 
 

@@ -14,8 +14,9 @@ gives them to SB3 under its own names, so both sides run the same hyperparameter
     hidden_sizes / model_type net_arch (ReLU both)       norm_obs / norm_reward VecNormalize
 
 It trains until the mean return of the last 100 finished episodes reaches `target` (the rule of
-the CartPole solve section), `cap_seconds` of training pass, or `total_steps` are done. SB3 runs
-on the CPU, its own advice for MLP policies.
+the CartPole solve section), `cap_seconds` of training pass, or `total_steps` are done; then, if
+asked (`eval_episodes`), SB3's `evaluate_policy` plays the model deterministically on a fresh env
+seeded apart from training. SB3 runs on the CPU, its own advice for MLP policies.
 """
 
 from __future__ import annotations
@@ -116,6 +117,37 @@ def _watcher(target: float | None, cap_seconds: float | None, train_start: list[
     return Watcher()
 
 
+def _evaluate(model, env, env_id: str, episodes: int, seed: int) -> list[float]:
+    """SB3's evaluate_policy: `episodes` deterministic episodes on a fresh `env_id` env seeded
+    `seed` (observations normalised with the training statistics where training normalised them)."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    eval_env = make_vec_env(env_id, n_envs=1, seed=seed)  # Monitor inside: raw returns
+    if isinstance(env, VecNormalize):
+        eval_env = VecNormalize(eval_env, training=False, norm_obs=env.norm_obs, norm_reward=False)
+        eval_env.obs_rms = env.obs_rms
+    try:
+        returns, _ = evaluate_policy(
+            model, eval_env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True
+        )
+    finally:
+        eval_env.close()
+    return [float(value) for value in returns]
+
+
+def evaluation_summary(returns: list[float], seed: int) -> dict[str, Any]:
+    """A deterministic evaluation's figures, the same on both sides."""
+    return {
+        "episodes": len(returns),
+        "seed": seed,
+        "return_mean": sum(returns) / len(returns),
+        "return_min": min(returns),
+        "returns": list(returns),
+    }
+
+
 def thinned(series: list, most: int = 400) -> list:
     """At most `most` points of a long series, evenly spaced, the last one kept (for the JSON)."""
     if len(series) <= most:
@@ -132,8 +164,11 @@ def sb3_off_policy(
     target: float | None = None,
     cap_seconds: float | None = None,
     seed: int = 0,
+    eval_episodes: int = 0,
+    eval_seed: int = 0,
 ) -> dict[str, Any]:
-    """SB3's `algo` on `env_id` with our `settings` until `target`, the cap or `total_steps`.
+    """SB3's `algo` on `env_id` with our `settings` until `target`, the cap or `total_steps`; then,
+    if `eval_episodes`, that many deterministic episodes on env seed `eval_seed` ("evaluation").
 
     `total_steps` is the run's length as the schedules see it (epsilon, annealed learning rate):
     pass our config's `total_timesteps`, so that both sides decay over the same run."""
@@ -147,6 +182,11 @@ def sb3_off_policy(
     model.learn(total_timesteps=int(total_steps), callback=watcher)
     seconds = time.perf_counter() - train_start[0]
     steps = int(model.num_timesteps)
+    evaluation = {}
+    if eval_episodes:
+        evaluation["evaluation"] = evaluation_summary(
+            _evaluate(model, env, env_id, eval_episodes, eval_seed), eval_seed
+        )
     env.close()
     reached = watcher.reached
     return {
@@ -162,4 +202,5 @@ def sb3_off_policy(
         "best_return_mean": watcher.best,
         "final_return_mean": watcher.series[-1][2] if watcher.series else None,
         "series": thinned(watcher.series),
+        **evaluation,
     }
