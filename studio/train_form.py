@@ -277,6 +277,8 @@ def _form_component(
         )
     if form_field.key == "nproc_per_node":
         label = "processes (nproc_per_node)"
+    if form_field.key == "local_actors":
+        label = "actors on this machine (local_actors)"
     if form_field.key == "model_type":
         return gr.Dropdown(
             list(form_field.choices),

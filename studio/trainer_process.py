@@ -137,7 +137,7 @@ def start_trainer(
     chosen, options = target or default_target(), {}
     if join is not None:
         options = dict(host=cluster_host, port=cluster_port, token=join.token, allow_custom_envs=allow_custom_envs)
-    elif launcher_shape(state.config)[0] > 1:
+    elif launcher_shape(state.config)[0] > 1 or state.config.get("local_actors"):
         options = dict(
             host="127.0.0.1",
             port=0,

@@ -148,7 +148,9 @@ def test_a_killed_sweep_continues_with_no_trial_lost_or_run_twice(tmp_path):
     # each interrupted trial was requeued exactly once, and its copy resumed the same run folder
     for trial in interrupted:
         copies = [other for other in kept if other.user_attrs.get("retry_of") == trial.number]
-        assert len(copies) == 1 and copies[0].params == trial.params
+        assert len(copies) == 1
+        if trial.params:  # (none when it was killed before it drew them: its copy draws its own)
+            assert copies[0].params == trial.params
         if "run_dirs" in trial.user_attrs:  # (none when it was killed before it named them)
             assert copies[0].user_attrs["run_dirs"] == trial.user_attrs["run_dirs"]
     used = [path for trial in kept for path in trial.user_attrs["run_dirs"]]

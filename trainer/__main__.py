@@ -82,8 +82,9 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--actors",
         type=int,
-        default=0,
-        help="algo impala / appo / dqn / sac: a learner and this many actor processes on this machine (docs/cluster.md)",
+        default=None,
+        help="algo impala / appo / dqn / sac: a learner and this many actor processes on this machine "
+        "(default: local_actors; docs/cluster.md)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     parser.add_argument(
@@ -260,6 +261,10 @@ def train_command(argv: list[str]) -> int:
         config = load_config(config_path, args.overrides)
         if args.nproc and args.nproc != config.ranks_per_node():  # --nproc is nproc_per_node: validated as one
             config = load_config(config_path, [*(args.overrides or []), f"nproc_per_node={args.nproc}"])
+        if args.actors is not None and args.actors != config.local_actors:  # --actors is local_actors, likewise
+            if args.actors < 0:
+                raise ConfigError(f"--actors must be 0 or more, got {args.actors}")
+            config = load_config(config_path, [*(args.overrides or []), f"local_actors={args.actors}"])
         if args.resume and args.config is None:  # the run folder's config.yaml is data, not the user's
             require_code_permission(config, args.allow_custom_envs, str(config_path), "--allow-custom-envs")
         if args.resume:  # a finished run continues only to a larger total_timesteps
@@ -274,13 +279,11 @@ def train_command(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
 
-    if args.actors:  # a learner and actor processes: trainer/cluster/learner.py
+    if config.local_actors:  # a learner and actor processes: trainer/cluster/learner.py
         from trainer.cluster.learner import launch_actor_learner_here
 
         try:
-            if args.actors < 0:
-                raise ConfigError(f"--actors must be 0 or more, got {args.actors}")
-            return launch_actor_learner_here(config, args, args.actors)
+            return launch_actor_learner_here(config, args, config.local_actors)
         except ConfigError as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_USAGE

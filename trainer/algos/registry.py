@@ -98,9 +98,9 @@ def register(
         replay = replay if replay is not None else cls.replay
         actions = actions if actions is not None else cls.actions
     metric_names = check_update_metrics(name, metric_names or ())
-    declare_algorithm(
-        name, summary or "", keys, check, bool(replay), actions
-    )  # the config's table: refuses a clashing key
+    # The config's table (refuses a clashing key). An algorithm whose update reports the actors'
+    # queue learns from actors (trainer/algos/impala_settings.py SOURCE_METRICS).
+    declare_algorithm(name, summary or "", keys, check, bool(replay), actions, actors="queue_depth" in metric_names)
     ALGORITHMS[name] = Registration(name, cls, summary or "", metric_names)
 
 

@@ -113,7 +113,8 @@ def master_command(argv: list[str]) -> int:
         resolve_token(args.token, generate=False)  # a weak token is refused before anything starts
         if args.actors < 0:
             raise ConfigError(f"--actors must be 0 or more, got {args.actors}")
-        if args.actors or learns_from_actors(config):
+        actors = args.actors or config.local_actors  # the flag, else the config's key
+        if actors or learns_from_actors(config):
             require_actor_learner(config, "--actors")
             return host_actor_learner(
                 config,
@@ -121,7 +122,7 @@ def master_command(argv: list[str]) -> int:
                 host,
                 port,
                 args.token,
-                args.actors,
+                actors,
                 cluster.notes,
                 allow_custom_envs=args.allow_custom_envs,
                 store_port=args.store_port,

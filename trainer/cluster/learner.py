@@ -43,20 +43,19 @@ def learns_from_actors(config) -> bool:
     """The config's algorithm takes actors' batches: its metrics report the experience source's
     queue (trainer/algos/impala_settings.py SOURCE_METRICS: IMPALA and APPO; DQN and SAC fed
     Ape-X style, trainer/algos/replay_feed.py)."""
-    from trainer.algos.registry import ALGORITHMS
+    from trainer.config.algorithm_keys import ALGORITHM_TABLE
 
-    registration = ALGORITHMS.get(config.algo)
-    return registration is not None and "queue_depth" in registration.metric_names
+    entry = ALGORITHM_TABLE.get(config.algo)
+    return entry is not None and entry.actors
 
 
 def require_actor_learner(config, flag: str) -> None:
     if not learns_from_actors(config):
-        from trainer.algos.registry import ALGORITHMS
+        from trainer.config.algorithm_keys import actor_algorithms
 
-        fed = [name for name, registration in ALGORITHMS.items() if "queue_depth" in registration.metric_names]
         raise ConfigError(
-            f"{flag}: algo {config.algo} learns from its own rollouts; actors feed algo {', '.join(fed)} "
-            f"(--set algo=impala), or train on several processes with --nproc"
+            f"{flag}: algo {config.algo} learns from its own rollouts; actors feed algo "
+            f"{', '.join(actor_algorithms())} (--set algo=impala), or train on several processes with --nproc"
         )
 
 

@@ -15,7 +15,9 @@ model and the `end` event: a trainer is never left running with nobody to stop i
 
 A run on several processes (`nproc_per_node` > 1) or one that accepts workers (`max_nodes` > 1)
 gets `run_launched` instead: that process becomes the run's master through the CLI's own elastic
-launcher (trainer.cluster.launch.host_run), so the studio has no launcher of its own.
+launcher (trainer.cluster.launch.host_run), so the studio has no launcher of its own. So does a
+run with `local_actors`: that process hosts the learner and its actors as `--actors N` does
+(trainer/cluster/learner.py host_actor_learner).
 """
 
 from __future__ import annotations
@@ -121,6 +123,11 @@ def run_launched(
     from trainer.run.layout import log_path
     from trainer.run.sinks import LogSink
 
+    if token is None and config_dict.get("local_actors"):
+        from trainer.cluster.admission import new_token
+
+        token = new_token()  # the local actors' (the learner's gate wants one); kept out of train.log below
+
     def hidden(line: str) -> str:
         return line.replace(token, "<token: shown on the page that started the run>") if token else line
 
@@ -148,17 +155,31 @@ def run_launched(
     status, failure = None, None
     try:
         config = config_from_dict(config_dict)
-        code = host_run(
-            config,
-            Path(run_dir),
-            host,
-            port or free_port(host),
-            token,
-            ranks_wanted(config, None),
-            say=say,
-            allow_custom_envs=allow_custom_envs,
-            flag="`python app.py --allow-custom-envs`",
-        )
+        if config.local_actors:  # a learner and its actors, as `python -m trainer --actors N`
+            from trainer.cluster.learner import host_actor_learner
+
+            code = host_actor_learner(
+                config,
+                Path(run_dir),
+                host,
+                port,
+                token,
+                config.local_actors,
+                say=say,
+                allow_custom_envs=allow_custom_envs,
+            )
+        else:
+            code = host_run(
+                config,
+                Path(run_dir),
+                host,
+                port or free_port(host),
+                token,
+                ranks_wanted(config, None),
+                say=say,
+                allow_custom_envs=allow_custom_envs,
+                flag="`python app.py --allow-custom-envs`",
+            )
         status = None if code == 0 else "stopped" if stop.reason else "failed"  # host_run says why
     except SignalException:
         status = "stopped"

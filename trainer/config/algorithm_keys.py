@@ -30,9 +30,15 @@ class AlgorithmEntry:
     check: ConfigCheck | None = None
     replay: bool = False  # samples minibatches from a replay buffer (trainer/config/batching.py)
     actions: str | None = None  # "discrete" or "continuous" when it takes only that kind (checked at preflight)
+    actors: bool = False  # learns from actors' batches (its update metrics report their queue: `local_actors` works)
 
 
 ALGORITHM_TABLE: dict[str, AlgorithmEntry] = {}
+
+
+def actor_algorithms() -> list[str]:
+    """The algorithms that learn from actors' batches (`--actors`, `local_actors`), by name."""
+    return [name for name, entry in ALGORITHM_TABLE.items() if entry.actors]
 
 
 def add_algorithm(entry: AlgorithmEntry, shared_keys: set[str]) -> None:

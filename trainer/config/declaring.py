@@ -72,11 +72,13 @@ def declare_algorithm(
     check: ConfigCheck | None = None,
     replay: bool = False,
     actions: str | None = None,
+    actors: bool = False,
 ) -> None:
     """Add an algorithm and its own keys (a dataclass of `key(...)` fields) to ALGORITHM_TABLE
     (trainer/config/algorithm_keys.py), as trainer/algos/registry.py does when one registers."""
     own = tuple(declared_keys(keys)) if keys is not None else ()
-    add_algorithm(AlgorithmEntry(name, summary, own, check, replay, actions), set(field_names()) | set(KEY_ALIASES))
+    entry = AlgorithmEntry(name, summary, own, check, replay, actions, actors)
+    add_algorithm(entry, set(field_names()) | set(KEY_ALIASES))
 
 
 def dataclass_sections() -> dict[str, type]:

@@ -292,6 +292,14 @@ class TrainConfig(AlgorithmSettings):
         Integer(minimum=0, maximum=10_000),
         CLUSTER,
     )
+    local_actors: int = key(
+        0,
+        "Actor-learner runs (an algo that learns from actors: impala, appo, dqn, sac): actor "
+        "processes started on this machine beside the learner (`--actors`); 0: the algorithm plays "
+        "its own envs, or actors join from other machines (`python -m trainer master`).",
+        Integer(minimum=0, maximum=256),
+        CLUSTER,
+    )
     learner_queue_batches: int = key(
         2,
         "Actor-learner runs: actors' batches the learner keeps waiting; when it falls behind, the "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainer.config.algorithm_keys import ALGORITHM_TABLE, algorithm_keys, settle_algorithm_keys
+from trainer.config.algorithm_keys import ALGORITHM_TABLE, actor_algorithms, algorithm_keys, settle_algorithm_keys
 from trainer.config.batching import resolve_batch_sizes
 from trainer.config.checks import ConfigError, did_you_mean, short_repr
 from trainer.config.declaring import field_names
@@ -109,6 +109,16 @@ def _check_semantics(config: TrainConfig, given: set[str], problems: list[str]) 
         problems.append(
             f"min_nodes ({config.min_nodes}) is larger than max_nodes ({config.max_nodes}); give "
             f"min_nodes <= max_nodes (torchrun's --nnodes MIN:MAX)"
+        )
+    if config.local_actors and entry is not None and not entry.actors:
+        problems.append(
+            f"local_actors: algo {config.algo} learns from its own rollouts; actors feed algo "
+            f"{', '.join(actor_algorithms())}. Set local_actors to 0, or pick one of those"
+        )
+    if config.local_actors and config.ranks_per_node() > 1:
+        problems.append(
+            f"local_actors ({config.local_actors}) and nproc_per_node ({config.ranks_per_node()}) are two ways to "
+            f"use this machine's cores: actors and one learner, or synchronous ranks. Keep one of them"
         )
     if entry is not None and entry.check is not None:
         entry.check(config, given, problems)  # the relations between the algorithm's own keys
