@@ -74,8 +74,11 @@ class WorkerJoin:
 
 
 def launcher_shape(config: dict) -> tuple[int, int]:
-    """(ranks on this machine, most machines) of a run: trainer.cluster.launch.ranks_wanted's rule
-    (`nproc_per_node`, else one rank per `gpu_ids` entry) and `max_nodes`."""
+    """(processes that train on this machine, most machines) of a run: trainer.cluster.launch.ranks_wanted's
+    rule (`nproc_per_node`, else one rank per `gpu_ids` entry), or a learner and its `local_actors`;
+    and `max_nodes`. The run queue gives a run that many slots."""
+    if config.get("local_actors"):
+        return 1 + int(config["local_actors"]), config.get("max_nodes") or 1
     nproc, gpu_ids = config.get("nproc_per_node") or 1, config.get("gpu_ids")
     ranks = 1
     if nproc > 1 or gpu_ids:
@@ -137,7 +140,7 @@ def start_trainer(
     chosen, options = target or default_target(), {}
     if join is not None:
         options = dict(host=cluster_host, port=cluster_port, token=join.token, allow_custom_envs=allow_custom_envs)
-    elif launcher_shape(state.config)[0] > 1 or state.config.get("local_actors"):
+    elif launcher_shape(state.config)[0] > 1:
         options = dict(
             host="127.0.0.1",
             port=0,

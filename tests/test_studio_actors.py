@@ -76,3 +76,10 @@ def test_stopping_a_studio_actor_learner_run_saves_and_ends_stopped(tmp_path):
     run = manager.get(state.run_id)
     assert run.status == "stopped" and run.final_model
     manager.shutdown()
+
+
+def test_a_learner_and_its_actors_hold_a_slot_each_in_the_run_queue():
+    from studio.trainer_process import launcher_shape
+
+    assert launcher_shape(config_from_dict(APPO).to_dict()) == (3, 1)
+    assert launcher_shape(config_from_dict({**APPO, "local_actors": 0}).to_dict()) == (1, 1)
