@@ -243,3 +243,16 @@ def test_a_weak_master_token_is_refused_before_anything_listens(tmp_path):
     )
     assert done.returncode == 2 and "too easy to guess" in done.stderr and "secrets.token_urlsafe" in done.stderr
     assert not any(tmp_path.iterdir())  # no run folder made
+
+
+def test_generated_tokens_never_start_with_a_dash_so_the_printed_commands_parse():
+    """`--token T` with T = "-x..." is read as an option; 1 urlsafe token in 64 starts with "-"."""
+    import argparse
+
+    from trainer.cluster.admission import new_token
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--token")
+    tokens = [new_token() for _ in range(2000)]
+    assert not any(token.startswith("-") for token in tokens)
+    assert all(parser.parse_args(["--token", token]).token == token for token in tokens[:200])

@@ -48,10 +48,11 @@ class RefusedError(RuntimeError):
 
 
 def new_token() -> str:
-    """128 random bits, URL-safe (22 characters)."""
+    """128 random bits, URL-safe (22 characters). Never one that starts with "-": the commands
+    printed with it (`--token T`) would read it as an option (1 token in 64 otherwise)."""
     while True:
         token = secrets.token_urlsafe(16)
-        if token_bits(token) >= MIN_TOKEN_BITS:
+        if token_bits(token) >= MIN_TOKEN_BITS and not token.startswith("-"):
             return token
 
 
