@@ -197,8 +197,10 @@ def run_games(args, run_in_fresh_process, say) -> dict[str, Any]:
 
 
 def seed_text(result: dict) -> str:
+    from benchmarks.report import failed_text
+
     if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
+        return failed_text(result)
     played = result["evaluation"]
     text = (
         f"{result['steps']:,} steps in {result['train_seconds']:.0f} s; greedy score "

@@ -33,6 +33,7 @@ from typing import Any
 
 # The table and the section's files (off_policy.md / .json / .png), by their usual names here.
 from benchmarks.off_policy_report import off_policy_rows, summary, task_rows, write_section_report
+from benchmarks.report import failed_text
 
 __all__ = [
     "TASKS",
@@ -339,7 +340,7 @@ def _run_budget(args, task: Task, settings: dict[str, Any], run_in_fresh_process
 
 def evaluation_text(result: dict) -> str:
     if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
+        return failed_text(result)
     evaluation = result["evaluation"]
     return (
         f"deterministic return {evaluation['return_mean']:.1f} (min {evaluation['return_min']:.1f}, "
@@ -382,13 +383,13 @@ def _run_throughput(args, run_in_fresh_process, say) -> dict[str, Any]:
 
 def rate_text(result: dict) -> str:
     if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
+        return failed_text(result)
     return f"{result['steps_per_second']:,.0f} steps/s ({result['steps']} steps, {result['train_seconds']:.1f} s)"
 
 
 def reach_text(result: dict, cap: float) -> str:
     if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
+        return failed_text(result)
     rate = f"{result['steps_per_second']:,.0f} steps/s"
     if result.get("solved"):
         return f"reached after {result['solve_train_seconds']:.1f} s, {result['solve_step']} steps ({rate})"

@@ -236,7 +236,6 @@ def off_policy_rows(results: dict[str, Any]) -> list:
 
 
 def write_section_report(results: dict[str, Any], out_dir: Path) -> list[Path]:
-
     from benchmarks import report
     from benchmarks.off_policy import SB3_HAS_NONE
     from trainer.run.files import atomic_write

@@ -37,6 +37,11 @@ class Row:
     met: str = ""
 
 
+def failed_text(result: dict) -> str:
+    """The progress line of a fresh-process measurement that failed: the last line of its error."""
+    return "FAILED: " + result["error"].splitlines()[-1][:200]
+
+
 def _fmt_rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f} steps/s"
 

@@ -86,7 +86,7 @@ def _say(message: str) -> None:
 
 def _rate_text(result: dict) -> str:
     if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
+        return report.failed_text(result)
     return f"{result['steps_per_second']:,.0f} steps/s ({result['train_seconds']:.1f} s)"
 
 
@@ -194,7 +194,7 @@ def run_solve(args) -> dict[str, Any]:
 
 def _solve_text(result: dict) -> str:
     if "error" in result:
-        return "FAILED: " + result["error"].splitlines()[-1][:200]
+        return report.failed_text(result)
     if not result.get("solved"):
         return f"not solved in {result['train_seconds']:.1f} s ({result['steps']} steps)"
     return (
