@@ -63,7 +63,11 @@ def test_watch_a_run_play_live_and_take_it_out_as_onnx_and_a_server(tmp_path):
         assert len(seen) >= 3, "the view should keep streaming new frames"
         # Read from the DOM, as the frames are: a locator's wait can starve while 30 frames a second
         # replace each other on 2 shared cores (it timed out after 30 s in a clean-clone CI).
-        page.wait_for_function(f"() => /Score \\d+/.test(({SCORE_TEXT})())", timeout=60_000)
+        try:
+            page.wait_for_function(f"() => /Score \\d+/.test(({SCORE_TEXT})())", timeout=60_000)
+        except Exception as error:  # say what the view showed instead (a stream that ended, an error)
+            view = page.evaluate("() => document.querySelector('#watch-view')?.innerText ?? '<no view>'")
+            pytest.fail(f"no score line within 60 s ({type(error).__name__}); the view showed: {view[:500]!r}")
         score = page.evaluate(SCORE_TEXT)
         assert re.search(r"Score \d+", score) and "episode" in score and "step" in score
         # A DOM click straight away: headless Chromium without a GPU, on 2 shared cores, can take longer
