@@ -26,6 +26,9 @@ Observation (default `obs="vector"`, 18 floats in [-1, 1]):
     14-15 food column and row minus the head's, divided by the board width and height
     16    snake length / number of cells
     17    steps since the last food / max_steps_without_food
+`obs="space"`: those 18, then 9 for the room each move leaves (envs/snake_space.py): for straight
+/ left / right, the share of the free cells still reachable after it, whether the tail is, and
+whether the food is. What a small MLP needs to fill the board without walling itself in.
 `obs="grid"`: 3 x H x W: body (1 at the head falling towards the tail), head, food.
 
 Reward: `reward_food` (+1) per food, `reward_death` (-1) on a crash, `reward_step` (0) every step.
@@ -41,10 +44,12 @@ from torch import Tensor
 from envs.base import VecEnv
 from envs.errors import EnvConfigError
 from envs.options import finite_number, positive_int, size_pair
-from envs.snake_board import FIELD_BITS, FOOD_TRIES, VECTOR_OBS_SIZE, SnakeBoard
+from envs.snake_board import FIELD_BITS, FOOD_TRIES, VECTOR_OBS_SIZE, WALL_ROWS, SnakeBoard
 from envs.snake_draw import draw_snake
+from envs.snake_space import SPACE_FEATURES, START_SPACE, space_features
 
 START_LENGTH = 3
+OBS_MODES = ("vector", "space", "grid")
 # From this many envs on, `_vector_obs` sums its two table rows per env with one embedding_bag: it
 # writes the (N, 18) observation once, with no second (N, 18) tensor in between (1.2 MB at 16384
 # envs, a transient whose freeing can make glibc trim the heap, then page-fault it back); below it,
@@ -57,7 +62,8 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
 
     Keyword arguments (all optional):
         grid_size: board size, an int (square) or [height, width] (default 12; 5..64).
-        obs: "vector" (18 features, default) or "grid" (3 x H x W planes for a CNN).
+        obs: "vector" (18 features, default), "space" (those and 9 about the room each move
+            leaves: 27) or "grid" (3 x H x W planes for a CNN).
         action_mode: "relative" (straight / left / right, default) or "absolute"
             (up / right / down / left).
         reward_food: reward for eating a food (default 1.0).
@@ -87,8 +93,8 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         max_steps_without_food: int | None = None,
     ):
         super().__init__(num_envs, device, seed)
-        if obs not in ("vector", "grid"):
-            raise EnvConfigError(f"obs must be 'vector' or 'grid', got {obs!r}")
+        if obs not in OBS_MODES:
+            raise EnvConfigError(f"obs must be one of {', '.join(map(repr, OBS_MODES))}, got {obs!r}")
         if action_mode not in ("relative", "absolute"):
             raise EnvConfigError(f"action_mode must be 'relative' or 'absolute', got {action_mode!r}")
         self.height, self.width = size_pair("grid_size", grid_size, 5, 64)
@@ -103,14 +109,18 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         self.max_steps_without_food = positive_int("max_steps_without_food", max_steps_without_food)
 
         dev = self.device
-        if obs == "vector":
-            self.single_observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(VECTOR_OBS_SIZE,), dtype=np.float32)
+        if obs != "grid":
+            size = VECTOR_OBS_SIZE + (SPACE_FEATURES if obs == "space" else 0)
+            self.single_observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(size,), dtype=np.float32)
         else:
             self.single_observation_space = gymnasium.spaces.Box(
                 0.0, 1.0, shape=(3, self.height, self.width), dtype=np.float32
             )
         self.single_action_space = gymnasium.spaces.Discrete(3 if action_mode == "relative" else 4)
         self._build_tables()
+        self._start_space = torch.tensor(START_SPACE, device=dev)
+        # The board cells from the playing field's first row to the end of its last (envs/snake_space.py)
+        self._field_span = (WALL_ROWS * self.board_width, (WALL_ROWS + self.height) * self.board_width)
         long = dict(dtype=torch.int64, device=dev)
         self.board = self._empty_board.repeat(num_envs, 1)
         self.clock = torch.zeros(num_envs, dtype=self._board_dtype, device=dev)
@@ -177,7 +187,7 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         self._start_new_episodes(everyone, self._draw_fields())
         if self.obs_mode == "grid":
             return self._grid_obs()
-        return self._vector_obs(torch.zeros(self.num_envs, dtype=torch.int64, device=self.device))
+        return self._with_space(self._vector_obs(torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)))
 
     def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         self._rebase_board()
@@ -214,16 +224,22 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         (eats,) = self._between_hooks
         fields = self._draw_fields()
         self._place_food((eats | (self.food < 0)) & ~done, fields)
-        danger = self._danger_code() if self.obs_mode == "vector" else None
+        danger = None if self.obs_mode == "grid" else self._danger_code()
         self._between_hooks = (fields, danger)
-        return self._grid_obs() if danger is None else self._vector_obs(danger)
+        return self._grid_obs() if danger is None else self._with_space(self._vector_obs(danger))
 
     def _restart(self, done: Tensor, final_obs: Tensor) -> Tensor:
         # A finished env did not use `fields` for food above, so its new game can.
         fields, danger = self._between_hooks
         self._start_new_episodes(done, fields)
+        if danger is None:
+            return self._grid_obs()
         # Nothing is in danger at the start (the head alone in the centre): code 0.
-        return self._grid_obs() if danger is None else self._vector_obs(danger.masked_fill_(done, 0))
+        obs = self._vector_obs(danger.masked_fill_(done, 0))
+        if self.obs_mode == "space":  # every move has the whole board at the start (a constant)
+            space = torch.where(done.unsqueeze(1), self._start_space, final_obs[:, VECTOR_OBS_SIZE:])
+            obs = torch.cat((obs, space), 1)
+        return obs
 
     def _place_food(self, needs_food: Tensor, fields: Tensor) -> None:
         """Give a new food to the envs in `needs_food`, on the first free of a few random cells
@@ -270,6 +286,15 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         torch.div(self.length, self.num_cells, out=obs[:, 16])
         torch.div(self.steps_without_food, self.max_steps_without_food, out=obs[:, 17])
         return obs
+
+    def _with_space(self, vector: Tensor) -> Tensor:
+        """`obs="space"`: the vector's 18 features and the 9 of envs/snake_space.py."""
+        if self.obs_mode != "space":
+            return vector
+        moves = self._relative_moves_of_heading.index_select(0, self.heading)  # (N, 3)
+        candidates = self.head.unsqueeze(1) + self._move_of.index_select(0, moves.view(-1)).view_as(moves)
+        space = space_features(self.board, self.clock, candidates, self.food, self.board_width, *self._field_span)
+        return torch.cat((vector, space), 1)
 
     def _grid_obs(self) -> Tensor:
         planes = torch.zeros(self.num_envs, 3, self.height, self.width, device=self.device)

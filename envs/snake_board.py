@@ -89,6 +89,13 @@ class SnakeBoard:
                     new_headings.append(h if action == (h + 2) % 4 else action)  # reversing is ignored
         self._new_heading = torch.tensor(new_headings, device=dev)
         self._move_of = torch.tensor([moves[h] for h in new_headings], device=dev)
+        # Per heading: the (heading, action) indices of straight on, left and right, in either mode.
+        turns = [(h, (h + 3) % 4, (h + 1) % 4) for h in range(4)]
+        relative = [
+            [h * 3 + a for a in range(3)] if self.action_mode == "relative" else [h * 4 + d for d in turns[h]]
+            for h in range(4)
+        ]
+        self._relative_moves_of_heading = torch.tensor(relative, device=dev)
         # Per heading: the actions allowed (absolute mode: every one but the reverse, into the neck).
         allowed = [
             [self.action_mode == "relative" or a != (h + 2) % 4 for a in range(self._actions_per_heading)]

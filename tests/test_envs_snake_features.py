@@ -1,9 +1,11 @@
-"""Snake's 18 features against a plain-Python Snake: a list of head positions, no tensors.
+"""Snake's 18 features (and the 27 of `obs="space"`) against a plain-Python Snake: a list of head
+positions, no tensors.
 
 The reference plays the same actions as the env from every new game's start (head, heading and
 food read from the env, as they are random) and, after every step, rebuilds each feature from
 its definition: danger one and two cells straight / left / right, heading, food direction and
-offset, length, hunger. Only the food the env places after a meal is taken from the env (and
+offset, length, hunger; with `obs="space"` also, from a breadth-first search, the room each move
+leaves, whether the tail and the food can be reached from it. Only the food the env places after a meal is taken from the env (and
 checked to be on a free cell); moving, eating, growing, crashing and hunger are the reference's.
 """
 
@@ -101,6 +103,37 @@ class ReferenceSnake:
             danger + heading_one_hot + food + [self.length / (self.height * self.width), self.hunger / self.max_hunger]
         )
 
+    def space_features(self) -> list[float]:
+        """For straight, left, right: the share of the free cells reachable from the cell the
+        move enters; a way out (the tail's cell, free on the next tick, is among them, or a body
+        cell next to them frees within their number + 1 steps); the food among them. 0, 0, 0 for
+        a move into a wall or the body."""
+        cells = [(row, column) for row in range(self.height) for column in range(self.width)]
+        free = {cell for cell in cells if self.cells_left(cell) <= 1}
+        tail = [cell for cell in cells if self.cells_left(cell) == 1]
+        features = []
+        for direction in (self.heading, (self.heading + 3) % 4, (self.heading + 1) % 4):
+            start = self.ahead(direction, 1)
+            if start not in free:
+                features += [0.0, 0.0, 0.0]
+                continue
+            region, frontier, exits = {start}, [start], []
+            while frontier:
+                row, column = frontier.pop()
+                for step in range(4):
+                    neighbour = (row + ROW_STEP[step], column + COLUMN_STEP[step])
+                    if neighbour in free and neighbour not in region:
+                        region.add(neighbour)
+                        frontier.append(neighbour)
+                    elif self.inside(neighbour) and neighbour not in free:
+                        exits.append(self.cells_left(neighbour))
+            way_out = bool(tail) and tail[0] in region or min(exits, default=len(cells) + 9) <= len(region) + 1
+            features += [len(region) / len(free), float(way_out), float(self.food in region)]
+        return features
+
+    def observation(self, obs_mode: str) -> list[float]:
+        return self.features() + (self.space_features() if obs_mode == "space" else [])
+
 
 def _cell(env, board_index) -> tuple[int, int] | None:
     row, column = (int(value) for value in env.position(board_index.reshape(1)))
@@ -124,19 +157,33 @@ def _careful_action(snake: ReferenceSnake, rng: random.Random) -> int:
     return rng.choice(safe) if safe and rng.random() < 0.97 else rng.randrange(3)
 
 
+@pytest.mark.parametrize("obs_mode", ["vector", "space"])
 @pytest.mark.parametrize("grid_size", [6, (5, 8)])
-def test_the_vector_features_match_a_plain_python_snake(grid_size, test_device):
+def test_the_vector_features_match_a_plain_python_snake(grid_size, obs_mode, test_device):
     num_envs, max_hunger = 16, 40
     env = make_vec_env(
-        "snake", num_envs, device=test_device, seed=3, grid_size=grid_size, max_steps_without_food=max_hunger
+        "snake",
+        num_envs,
+        device=test_device,
+        seed=3,
+        grid_size=grid_size,
+        max_steps_without_food=max_hunger,
+        obs=obs_mode,
     )
     obs = env.reset(seed=3).cpu()
     snakes = [_new_game(env, index, max_hunger) for index in range(num_envs)]
     rng = random.Random(0)
     games = longest = 0
+    way_out_seen = set()  # the way-out feature of open moves: both answers must come up
     for step in range(250):
         for index, snake in enumerate(snakes):
-            assert obs[index].tolist() == pytest.approx(snake.features(), abs=1e-6), f"env {index}, step {step}"
+            if obs_mode == "space":
+                way_out_seen.update(
+                    value for room, value in zip(obs[index, 18::3].tolist(), obs[index, 19::3].tolist()) if room > 0
+                )
+            assert obs[index].tolist() == pytest.approx(snake.observation(obs_mode), abs=1e-6), (
+                f"env {index}, step {step}"
+            )
         actions = [_careful_action(snake, rng) for snake in snakes]
         obs, reward, terminated, truncated, info = env.step(torch.tensor(actions, device=test_device))
         obs, final_obs = obs.cpu(), info["final_obs"].cpu()
@@ -146,7 +193,7 @@ def test_the_vector_features_match_a_plain_python_snake(grid_size, test_device):
             got = (float(reward[index]), bool(terminated[index]), bool(truncated[index]))
             assert got == expected, f"env {index}, step {step}: (reward, terminated, truncated)"
             if any(expected[1:]):  # the episode ended: compare the last features, then a new game
-                assert final_obs[index].tolist() == pytest.approx(snake.features(), abs=1e-6)
+                assert final_obs[index].tolist() == pytest.approx(snake.observation(obs_mode), abs=1e-6)
                 games += 1
                 longest = max(longest, snake.length)
                 snakes[index] = _new_game(env, index, max_hunger)
@@ -158,3 +205,4 @@ def test_the_vector_features_match_a_plain_python_snake(grid_size, test_device):
                 assert snake.cells_left(snake.food) == 0, f"env {index}: food placed on the body"
     assert games >= num_envs, "episodes ended (walls, bodies and hunger) and new games started"
     assert longest >= 8, "some snakes grew long enough to curl up, so body danger is exercised"
+    assert obs_mode == "vector" or way_out_seen == {0.0, 1.0}, "moves with and without a way out were checked"

@@ -54,7 +54,9 @@ def _tanh_backward(grad: Tensor, output: Tensor) -> Tensor:
 
 
 def _relu_backward(grad: Tensor, output: Tensor) -> Tensor:
-    return grad * (output > 0)
+    # g where the output is positive, else 0: the kernel autograd itself runs for ReLU, one pass
+    # (`grad * (output > 0)` makes a bool tensor and promotes it: 4-6x slower on a CPU).
+    return torch.ops.aten.threshold_backward(grad, output, 0)
 
 
 # tanh(z) = 2 sigmoid(2z) - 1: PyTorch's exact CPU tanh kernel is several times slower than its
