@@ -26,9 +26,10 @@ Observation (default `obs="vector"`, 18 floats in [-1, 1]):
     14-15 food column and row minus the head's, divided by the board width and height
     16    snake length / number of cells
     17    steps since the last food / max_steps_without_food
-`obs="space"`: those 18, then 9 for the room each move leaves (envs/snake_space.py): for straight
-/ left / right, the share of the free cells still reachable after it, whether the tail is, and
-whether the food is. What a small MLP needs to fill the board without walling itself in.
+`obs="space"`: those 18, then 12 for the room each move leaves (envs/snake_space.py): for straight
+on, left and right, the share of the free cells still reachable after it, whether the tail is,
+whether the region has a way out, and whether the food is in it. What a small MLP needs to fill
+the board without walling itself in.
 `obs="grid"`: 3 x H x W: body (1 at the head falling towards the tail), head, food.
 
 Reward: `reward_food` (+1) per food, `reward_death` (-1) on a crash, `reward_step` (0) every step.
@@ -62,13 +63,17 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
 
     Keyword arguments (all optional):
         grid_size: board size, an int (square) or [height, width] (default 12; 5..64).
-        obs: "vector" (18 features, default), "space" (those and 9 about the room each move
-            leaves: 27) or "grid" (3 x H x W planes for a CNN).
+        obs: "vector" (18 features, default), "space" (those and 12 about the room each move
+            leaves: 30) or "grid" (3 x H x W planes for a CNN).
         action_mode: "relative" (straight / left / right, default) or "absolute"
             (up / right / down / left).
         reward_food: reward for eating a food (default 1.0).
         reward_death: reward on the step the snake crashes (default -1.0).
         reward_step: reward added on every step, e.g. -0.01 to hurry (default 0.0).
+        hunger_kills: if True, going `max_steps_without_food` steps without eating ends the game
+            as a crash does (terminated, `reward_death`) instead of truncating it, so an agent
+            learns that circling until it starves loses (default False). The observation shows
+            the hunger, so the game stays Markov either way.
         max_steps_without_food: truncate the episode after this many steps without eating
             (default 100 + the number of cells: 244 on 12 x 12).
 
@@ -91,6 +96,7 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         reward_death: float = -1.0,
         reward_step: float = 0.0,
         max_steps_without_food: int | None = None,
+        hunger_kills: bool = False,
     ):
         super().__init__(num_envs, device, seed)
         if obs not in OBS_MODES:
@@ -107,6 +113,9 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         self.reward_death = finite_number("reward_death", reward_death)
         self.reward_step = finite_number("reward_step", reward_step)
         self.max_steps_without_food = positive_int("max_steps_without_food", max_steps_without_food)
+        if not isinstance(hunger_kills, bool):
+            raise EnvConfigError(f"hunger_kills must be true or false, got {hunger_kills!r}")
+        self.hunger_kills = hunger_kills
 
         dev = self.device
         if obs != "grid":
@@ -213,6 +222,10 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
 
         terminated = crashed | (self.length >= self.num_cells)  # a crash, or a full board: won
         truncated = self.steps_without_food >= self.max_steps_without_food
+        if self.hunger_kills:  # starving is a death: terminated, not truncated
+            crashed = crashed | truncated
+            terminated = terminated | truncated
+            truncated = torch.zeros_like(truncated)
         reward = torch.where(crashed, self.reward_death, self.reward_step)
         reward = torch.where(eats, self.reward_food + self.reward_step, reward)
         self._between_hooks = (eats,)

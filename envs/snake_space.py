@@ -12,11 +12,11 @@ can still be reached. This module computes that for every env at once, with no l
    (Pointer jumping, the label of the label, needs fewer rounds but an int64 gather per round,
    which costs more than the rounds it saves on these small boards.)
 3. For each move (straight, left, right, relative to the heading): the share of the free cells
-   in the region of the cell the move enters; whether that region has a way out, and whether
-   the food is in it. A way out: the tail's cell is in the region, or a body cell next to the
+   in the region of the cell the move enters; whether the tail's cell is in it; whether it has a
+   way out; whether the food is in it. A way out: the tail's cell is in the region, or a body cell next to the
    region frees within (region size + 1) steps, so a snake that spends its time in the region
    can leave it (a pocket the body opens in time is safe to enter; one it does not, a trap).
-   A move into a taken cell gets 0, 0, 0.
+   A move into a taken cell gets 0 for all four.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-SPACE_FEATURES = 9  # per move (straight, left, right): room, a way out, food reachable
-# A new game: the head alone in the centre, so every move reaches every free cell and the food,
-# and the head's own cell (time 3) frees long before the snake could fill the board: a way out.
-START_SPACE = (1.0, 1.0, 1.0) * 3
+SPACE_FEATURES = 12  # per move (straight, left, right): room, tail reachable, a way out, food reachable
+# A new game: the head alone in the centre, so every move reaches every free cell and the food;
+# no tail yet, but the head's own cell (time 3) frees long before the snake could fill the
+# board: a way out.
+START_SPACE = (1.0, 0.0, 1.0, 1.0) * 3
 CHECK_EVERY = 4  # rounds between the tests for "nothing changed" (each a host sync)
 
 
@@ -66,8 +67,8 @@ def region_labels(free: Tensor, row_step: int, first: int, stop: int) -> Tensor:
 def space_features(
     board: Tensor, clock: Tensor, candidates: Tensor, food: Tensor, row_step: int, first: int, stop: int
 ) -> Tensor:
-    """(N, 9) float32: for each of the 3 moves, the region's share of the free cells, a way out,
-    food reachable (see the module's docstring).
+    """(N, 12) float32: for each of the 3 moves, the region's share of the free cells, tail
+    reachable, a way out, food reachable (see the module's docstring).
 
     board: (N, cells) clock times (a cell is taken while its time is later than the clock);
     clock: (N,); candidates: (N, 3) board index each move enters; food: (N,) board index, -1
@@ -84,20 +85,21 @@ def space_features(
     size = in_region.sum(2)
     free_cells = free[:, first:stop].sum(1, keepdim=True, dtype=torch.float32).clamp_(min=1.0)
     room = size.to(torch.float32).div_(free_cells).mul_(open_move)
-    # A way out: the tail's cell is in the region (the one whose time is 1; a new game has none,
-    # and its label 0, a wall's, is entered by no move) ...
+    # The tail's cell: the one whose time is 1 (a new game has none, and its label 0, a wall's, is
+    # entered by no move).
     tail_label = labels.mul(time_left == 1).amax(1, keepdim=True)
-    way_out = entered == tail_label
-    # ... or a body cell next to the region frees within size + 1 steps: the snake can spend
-    # `size` steps in the region (at best) and leave on the next one. `never`: walls, free cells.
+    tail_reachable = entered == tail_label
+    # A way out: the tail, or a body cell next to the region that frees within size + 1 steps
+    # (the snake can spend `size` steps in the region at best, and leave on the next one).
+    # `never`: walls and free cells.
     never = cells + 1
     opens = torch.where(free, never, time_left.clamp(max=never))
     next_opens = torch.minimum(opens[:, first - 1 : stop - 1], opens[:, first + 1 : stop + 1])
     torch.minimum(next_opens, opens[:, first - row_step : stop - row_step], out=next_opens)
     torch.minimum(next_opens, opens[:, first + row_step : stop + row_step], out=next_opens)
     first_exit = torch.where(in_region, next_opens.unsqueeze(1), never).amin(2)  # (N, 3)
-    way_out |= first_exit <= size + 1
+    way_out = tail_reachable | (first_exit <= size + 1)
     food_label = labels.gather(1, food.clamp(min=0).unsqueeze(1))
     food_reachable = (entered == food_label) & (food.unsqueeze(1) >= 0)
-    features = torch.stack((room, way_out & open_move, food_reachable & open_move), 2)
+    features = torch.stack((room, tail_reachable & open_move, way_out & open_move, food_reachable & open_move), 2)
     return features.view(num_envs, SPACE_FEATURES)

@@ -78,6 +78,20 @@ def test_following_its_own_tail_is_safe_and_hunger_truncates():
     assert summary.count == 1 and summary.score_mean == 1 and summary.length_mean == 21
 
 
+def test_with_hunger_kills_starving_ends_the_game_as_a_crash():
+    env = _snake(max_steps_without_food=6, hunger_kills=True)
+    env.heading.fill_(UP)
+    env.set_food(0, 0)
+    circle = [RIGHT, DOWN, LEFT, UP]
+    for step in range(5):
+        _, reward, terminated, truncated, _ = _act(env, circle[step % 4])
+        assert not (terminated.any() or truncated.any())
+    _, reward, terminated, truncated, _ = _act(env, circle[1])
+    assert terminated.all() and not truncated.any() and reward.item() == -1.0
+    with pytest.raises(EnvConfigError, match="hunger_kills"):
+        _snake(hunger_kills="yes")
+
+
 def test_relative_actions_turn_the_snake():
     env = make_vec_env("snake", 1, seed=0)
     env.reset()

@@ -105,7 +105,7 @@ class ReferenceSnake:
 
     def space_features(self) -> list[float]:
         """For straight, left, right: the share of the free cells reachable from the cell the
-        move enters; a way out (the tail's cell, free on the next tick, is among them, or a body
+        move enters; the tail's cell among them; a way out (the tail's cell, free on the next tick, is among them, or a body
         cell next to them frees within their number + 1 steps); the food among them. 0, 0, 0 for
         a move into a wall or the body."""
         cells = [(row, column) for row in range(self.height) for column in range(self.width)]
@@ -115,7 +115,7 @@ class ReferenceSnake:
         for direction in (self.heading, (self.heading + 3) % 4, (self.heading + 1) % 4):
             start = self.ahead(direction, 1)
             if start not in free:
-                features += [0.0, 0.0, 0.0]
+                features += [0.0, 0.0, 0.0, 0.0]
                 continue
             region, frontier, exits = {start}, [start], []
             while frontier:
@@ -127,8 +127,9 @@ class ReferenceSnake:
                         frontier.append(neighbour)
                     elif self.inside(neighbour) and neighbour not in free:
                         exits.append(self.cells_left(neighbour))
-            way_out = bool(tail) and tail[0] in region or min(exits, default=len(cells) + 9) <= len(region) + 1
-            features += [len(region) / len(free), float(way_out), float(self.food in region)]
+            way_out = (bool(tail) and tail[0] in region) or min(exits, default=len(cells) + 9) <= len(region) + 1
+            tail_reachable = bool(tail) and tail[0] in region
+            features += [len(region) / len(free), float(tail_reachable), float(way_out), float(self.food in region)]
         return features
 
     def observation(self, obs_mode: str) -> list[float]:
@@ -179,7 +180,7 @@ def test_the_vector_features_match_a_plain_python_snake(grid_size, obs_mode, tes
         for index, snake in enumerate(snakes):
             if obs_mode == "space":
                 way_out_seen.update(
-                    value for room, value in zip(obs[index, 18::3].tolist(), obs[index, 19::3].tolist()) if room > 0
+                    value for room, value in zip(obs[index, 18::4].tolist(), obs[index, 20::4].tolist()) if room > 0
                 )
             assert obs[index].tolist() == pytest.approx(snake.observation(obs_mode), abs=1e-6), (
                 f"env {index}, step {step}"
