@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-SPACE_FEATURES = 12  # per move (straight, left, right): room, tail reachable, a way out, food reachable
+PER_MOVE = ("room", "tail reachable", "way out", "food reachable")  # each move's features, in order
+SPACE_FEATURES = 3 * len(PER_MOVE)  # for straight on, left, right
 # A new game: the head alone in the centre, so every move reaches every free cell and the food;
 # no tail yet, but the head's own cell (time 3) frees long before the snake could fill the
 # board: a way out.

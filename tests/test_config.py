@@ -74,6 +74,7 @@ SHIPPED_CONFIGS = [
     "lunar_lander_ppo.yaml",
     "pendulum_sac.yaml",
     "snake.yaml",
+    "snake_10x10.yaml",
     "train_flappy_bird.yaml",
 ]
 

@@ -92,6 +92,16 @@ def test_a2c_learns_cartpole(tmp_path):
     assert recorder.best >= 100, f"a2c mean return only reached {recorder.best:.1f} (random: about 22)"
 
 
+def test_snake_10x10_config_passes_20_food(tmp_path):
+    # The board-filling config's first seconds: seeds 1 / 2 passed a mean of 20 food at 246k / 262k
+    # steps (the room-and-way-out features at work; 18-feature snake.yaml: about 5 food at 200k).
+    config = load_config(ROOT / "configs" / "snake_10x10.yaml", ["gif_interval=0", "checkpoint.interval=0"])
+    recorder = BestRecent("recent_score_mean", target=20)
+    result = train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
+    assert recorder.best >= 20, f"mean food of the last 100 games only reached {recorder.best:.1f}"
+    assert result.step <= 1_000_000, f"20 food took {result.step:_} steps (seeds 1, 2: under 270k)"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("game, target", [("flappy_bird", 50), ("snake", 20)])
 def test_shipped_game_configs_reach_their_goals(tmp_path, game, target):
