@@ -105,9 +105,9 @@ class ReferenceSnake:
 
     def space_features(self) -> list[float]:
         """For straight, left, right: the share of the free cells reachable from the cell the
-        move enters; the tail's cell among them; a way out (the tail's cell, free on the next tick, is among them, or a body
-        cell next to them frees within their number + 1 steps); the food among them. 0, 0, 0 for
-        a move into a wall or the body."""
+        move enters; the tail's cell (free on the next tick) among them; a way out (the tail, or
+        a body cell next to them that frees within their number + 1 steps); the food among them.
+        All 0 for a move into a wall or the body."""
         cells = [(row, column) for row in range(self.height) for column in range(self.width)]
         free = {cell for cell in cells if self.cells_left(cell) <= 1}
         tail = [cell for cell in cells if self.cells_left(cell) == 1]
