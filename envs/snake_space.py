@@ -13,9 +13,10 @@ can still be reached. This module computes that for every env at once, with no l
    which costs more than the rounds it saves on these small boards.)
 3. For each move (straight, left, right, relative to the heading): the share of the free cells
    in the region of the cell the move enters; whether the tail's cell is in it; whether it has a
-   way out; whether the food is in it. A way out: the tail's cell is in the region, or a body cell next to the
-   region frees within (region size + 1) steps, so a snake that spends its time in the region
-   can leave it (a pocket the body opens in time is safe to enter; one it does not, a trap).
+   way out; whether the food is in it. A way out: the tail's cell is in the region, or a body
+   cell next to the region frees within (region size + 1) steps, so a snake that spends its
+   time in the region can leave it (a pocket the body opens in time is safe to enter; one it
+   does not, a trap).
    A move into a taken cell gets 0 for all four.
 """
 
@@ -86,9 +87,9 @@ def space_features(
     size = in_region.sum(2)
     free_cells = free[:, first:stop].sum(1, keepdim=True, dtype=torch.float32).clamp_(min=1.0)
     room = size.to(torch.float32).div_(free_cells).mul_(open_move)
-    # The tail's cell: the one whose time is 1 (a new game has none, and its label 0, a wall's, is
-    # entered by no move).
-    tail_label = labels.mul(time_left == 1).amax(1, keepdim=True)
+    # The tail's cell: the field's cell whose time is 1 (a new game has none: then the label is 0,
+    # which no move enters).
+    tail_label = labels[:, first:stop].mul(time_left[:, first:stop] == 1).amax(1, keepdim=True)
     tail_reachable = entered == tail_label
     # A way out: the tail, or a body cell next to the region that frees within size + 1 steps
     # (the snake can spend `size` steps in the region at best, and leave on the next one).
