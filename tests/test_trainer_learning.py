@@ -93,7 +93,7 @@ def test_a2c_learns_cartpole(tmp_path):
 
 
 def test_snake_10x10_config_passes_20_food(tmp_path):
-    # The board-filling config's first seconds: seeds 1 / 2 passed a mean of 20 food at 246k / 262k
+    # The board-filling config's first seconds: seeds 1 / 2 passed a mean of 20 food at 262k / 246k
     # steps (the room-and-way-out features at work; 18-feature snake.yaml: about 5 food at 200k).
     config = load_config(ROOT / "configs" / "snake_10x10.yaml", ["gif_interval=0", "checkpoint.interval=0"])
     recorder = BestRecent("recent_score_mean", target=20)
