@@ -42,7 +42,7 @@ def region_labels(free: Tensor, row_step: int, first: int, stop: int) -> Tensor:
 
     Each round takes, for every cell, the minimum label over itself and its four neighbours, so
     a label travels one cell per round: as many rounds as the longest walk inside a region. The
-    labels are the smallest integer type that holds `cells` (uint8 up to a 15 x 15 board): the
+    labels are the smallest integer type that holds `cells` (uint8 up to a 12 x 12 board): the
     rounds are memory-bound, and a narrow type moves less memory.
     """
     num_envs, cells = free.shape
