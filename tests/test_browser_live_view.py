@@ -59,8 +59,9 @@ def test_the_picture_follows_the_training_and_says_how_old_it_is(tmp_path):
         step, age = caption_reading(page)
         (first,) = [event for event in gif_events(server.runs_dir) if event["step"] == step]
         # The caption counts from when the episode began: the recording's own seconds, then the
-        # page's delay, at most a couple of polls (and a second of rounding).
-        assert age <= first["seconds"] + 2 * POLL_SECONDS + 1, f"the first picture came late: {age} s old"
+        # page's delay, at most three polls (a loaded 2-core CI once missed one: 4 s against 3.97)
+        # and a second of rounding.
+        assert age <= first["seconds"] + 3 * POLL_SECONDS + 1, f"the first picture came late: {age} s old"
 
         readings = []
         watch_end = time.time() + WATCH_SECONDS
