@@ -90,16 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--env-option", action="append", default=[], metavar="KEY=VALUE", help="override an env option")
     args = parser.parse_args(argv)
-    import yaml
-
+    from trainer.config.loading import parse_override
     from trainer.run.checkpoint import load_model
 
     torch.set_num_threads(1)
     model = load_model(args.model)
     env_kwargs = dict(model.config.get("env_kwargs") or {})
-    for option in args.env_option:
-        key, _, value = option.partition("=")
-        env_kwargs[key] = yaml.safe_load(value)
+    env_kwargs.update(parse_override(text, "--env-option", "max_steps_without_food=1000") for text in args.env_option)
 
     def act(obs: Tensor) -> Tensor:
         return torch.as_tensor(model.predict(obs, deterministic=True)[0])
