@@ -16,11 +16,18 @@ Observation (default `obs="vector"`, 8 floats, roughly in [-1, 1]):
     3  next pipe: gap top minus bird centre, / 202 (half the playfield height)
     4  next pipe: gap bottom minus bird centre, / 202
     5-7  the same for the pipe after it
+`obs="lookahead"`: the 8 floats, then 4 more: how far below the next two pipes' gap tops the bird
+will be when each reaches it, falling freely from here and after a flap now
+(envs/flappy_bird_lookahead.py).
 `obs="pixels"`: `frame_stack` grayscale frames of `pixel_size` (default 2 x 84 x 84, values in
 [0, 1]: sky 0, ground 0.3, pipes 0.6, bird 1), for a CNN.
 
 Reward: `reward_alive` (+0.1) per step survived, `reward_pipe` (+10) per pipe passed and
 `reward_death` (-5) on the step the bird crashes. The episode is truncated after `max_steps`.
+
+`hard_pipes` (a share, default 0) is a training curriculum: that share of the pipes spawned
+during a game lie at the far end of the range from the pipe before them (a low gap after a high
+one and the reverse), the pairs where a bird trained on the original's uniform gaps crashes.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from torch import Tensor
 
 from envs.base import VecEnv
 from envs.errors import EnvConfigError
+from envs.flappy_bird_lookahead import LOOKAHEAD_FEATURES, write_lookahead
 from envs.flappy_bird_screen import (
     BIRD_HEIGHT,
     BIRD_WIDTH,
@@ -50,6 +58,8 @@ from envs.options import finite_number, positive_int, size_pair
 GRAVITY = 1.0
 MAX_FALL_SPEED = 10.0
 HALF_FIELD = GROUND_Y / 2
+OBS_WIDTHS = {"vector": 8, "lookahead": 8 + LOOKAHEAD_FEATURES}  # the observations that are floats
+HARD_PIPE_SLACK = 0.15  # a hard pipe's gap lies within this share of the range from its far end
 GROUND_SHADE = 0.3  # grayscale values of the pixel observations (sky 0, bird 1)
 PIPE_SHADE = 0.6
 
@@ -65,7 +75,8 @@ class FlappyBirdVecEnv(VecEnv):
     """`num_envs` Flappy Birds stepped together on `device`.
 
     Keyword arguments (all optional):
-        obs: "vector" (8 normalised floats, default) or "pixels" (grayscale frames for a CNN).
+        obs: "vector" (8 normalised floats, default), "lookahead" (12: the 8 and where the bird
+            can be when the next pipes reach it) or "pixels" (grayscale frames for a CNN).
         pixel_size: frame size for obs="pixels", an int or [height, width] (default 84).
         frame_stack: frames per pixel observation, so speed is visible (default 2).
         gap_size: height of the gap between the pipes in px (default 100, as the original;
@@ -78,6 +89,9 @@ class FlappyBirdVecEnv(VecEnv):
         reward_death: reward on the step the bird crashes (default -5.0).
         max_steps: truncate an episode after this many steps (default 10000, about 277 pipes
             at the default speed, so a perfect agent's episodes still end).
+        hard_pipes: share of spawned pipes whose gap lies at the far end of the range from the
+            gap before it, within `HARD_PIPE_SLACK` of the range (default 0: the original's
+            uniform gaps). A curriculum for the big drops; evaluate with 0.
 
     `score` (in the episode statistics) is the number of pipes passed.
     """
@@ -102,10 +116,11 @@ class FlappyBirdVecEnv(VecEnv):
         reward_pipe: float = 10.0,
         reward_death: float = -5.0,
         max_steps: int = 10000,
+        hard_pipes: float = 0.0,
     ):
         super().__init__(num_envs, device, seed)
-        if obs not in ("vector", "pixels"):
-            raise EnvConfigError(f"obs must be 'vector' or 'pixels', got {obs!r}")
+        if obs not in OBS_WIDTHS and obs != "pixels":
+            raise EnvConfigError(f"obs must be 'vector', 'lookahead' or 'pixels', got {obs!r}")
         if isinstance(frame_stack, bool) or not isinstance(frame_stack, int) or not 1 <= frame_stack <= 8:
             raise EnvConfigError(f"frame_stack must be an integer from 1 to 8, got {frame_stack!r}")
         self.obs_mode = obs
@@ -119,6 +134,7 @@ class FlappyBirdVecEnv(VecEnv):
         self.reward_pipe = finite_number("reward_pipe", reward_pipe)
         self.reward_death = finite_number("reward_death", reward_death)
         self.max_steps = positive_int("max_steps", max_steps)
+        self.hard_pipes = _positive_number("hard_pipes", hard_pipes, 0.0, 1.0)
 
         # Gap tops are drawn as the original does: int(uniform in [0, 0.6 * ground - gap)) + 0.2 * ground.
         self.gap_top_min = float(int(GROUND_Y * 0.2))
@@ -138,8 +154,9 @@ class FlappyBirdVecEnv(VecEnv):
         # of two is exact), in one product.
         self._gap_field_scale = torch.tensor(self.gap_top_range / (1 << UniformNoise.FIELD_BITS), device=dev)
 
-        if obs == "vector":
-            self.single_observation_space = gymnasium.spaces.Box(-2.0, 2.0, shape=(8,), dtype=np.float32)
+        if obs in OBS_WIDTHS:
+            shape = (OBS_WIDTHS[obs],)
+            self.single_observation_space = gymnasium.spaces.Box(-2.0, 2.0, shape=shape, dtype=np.float32)
         else:
             height, width = self.pixel_size
             self.single_observation_space = gymnasium.spaces.Box(
@@ -171,7 +188,7 @@ class FlappyBirdVecEnv(VecEnv):
         # Vector obs: what `_restart` writes the observation of a new game into (columns 0-2 and
         # 5 are the same in every new game; `_reset_all` sets them). Scratch, not state: a tuple,
         # as checkpoints copy every tensor attribute.
-        self._restart_scratch = (torch.empty(num_envs, 8, device=dev),) if obs == "vector" else ()
+        self._restart_scratch = (torch.empty(num_envs, OBS_WIDTHS[obs], device=dev),) if obs in OBS_WIDTHS else ()
         self.reset()
 
     # Game state -------------------------------------------------------------------------------
@@ -183,6 +200,22 @@ class FlappyBirdVecEnv(VecEnv):
 
     def _random_gap_tops(self, uniform: Tensor) -> Tensor:
         return torch.floor(uniform * self.gap_top_range).add_(self.gap_top_min)
+
+    def _spawned_gap_tops(self, uniform: Tensor) -> Tensor:
+        """(N,) gap tops of the pipes spawned this step, from one uniform number per env: as
+        `_random_gap_tops`, or with `hard_pipes` (u < share) at the far end of the range from
+        the last pipe's gap, u / share placing it there, and (u - share) / (1 - share) the rest."""
+        if self.hard_pipes == 0.0:
+            return self._random_gap_tops(uniform)
+        share = self.hard_pipes
+        hard = uniform < share
+        easy_uniform = (uniform - share) / (1.0 - share) if share < 1.0 else uniform
+        near_end = (uniform / share) * (HARD_PIPE_SLACK * self.gap_top_range)
+        last_is_high = self._gaps[-1] < self.gap_top_min + self.gap_top_range / 2  # smaller y: higher
+        far_end = torch.where(
+            last_is_high, self.gap_top_min + self.gap_top_range - 1 - near_end, self.gap_top_min + near_end
+        )
+        return torch.where(hard, far_end.floor_(), self._random_gap_tops(easy_uniform))
 
     def _start_gaps(self) -> Tensor:
         """(P, N) gap tops of a new game in every env: as `_random_gap_tops`, from 15-bit fields
@@ -244,7 +277,7 @@ class FlappyBirdVecEnv(VecEnv):
         # When pipe 0 has left the screen, every pipe moves down one slot and a new one spawns.
         shift = pipe_offset < -PIPE_WIDTH
         pipe_offset = torch.where(shift, pipe_offset + self.pipe_spacing, pipe_offset)
-        shifted_gaps = torch.cat((self._gaps[1:], self._random_gap_tops(self._spawn_uniform()).unsqueeze(0)))
+        shifted_gaps = torch.cat((self._gaps[1:], self._spawned_gap_tops(self._spawn_uniform()).unsqueeze(0)))
         self._gaps = torch.where(shift, shifted_gaps, self._gaps)
         self.bird_y, self.bird_velocity, self.pipe_offset = bird_y, velocity, pipe_offset
         self._steps_taken += 1
@@ -256,7 +289,7 @@ class FlappyBirdVecEnv(VecEnv):
         return reward, score, terminated, truncated
 
     def _observe(self, done: Tensor) -> Tensor:
-        if self.obs_mode == "vector":
+        if self.obs_mode != "pixels":
             return self._vector_obs(self.bird_y, self.bird_velocity, self.pipe_offset, self._gaps)
         # One new frame per env, pushed onto its stack.
         frame = self._pixel_frame(self.bird_y, self.pipe_offset, self._gaps)
@@ -271,7 +304,7 @@ class FlappyBirdVecEnv(VecEnv):
         self.bird_velocity = torch.where(done, self._zero, self.bird_velocity)
         self.pipe_offset = torch.where(done, self._start_offset, self.pipe_offset)
         self._gaps = torch.where(done, start_gaps, self._gaps)
-        if self.obs_mode == "vector":
+        if self.obs_mode != "pixels":
             # The others' observation has not changed: `final_obs`.
             return torch.where(done.unsqueeze(1), self._new_game_obs(start_gaps), final_obs)
         # Every game starts with the same picture: no frame to draw for the new ones.
@@ -281,26 +314,36 @@ class FlappyBirdVecEnv(VecEnv):
     # Observations -----------------------------------------------------------------------------
 
     def _new_game_obs(self, gaps: Tensor) -> Tensor:
-        """(N, 8) `_vector_obs` of a new game in every env with gap tops `gaps` (P, N), in the
-        same float32 arithmetic: the next pipes are pipes 0 and 1, and all but their gaps is
+        """(N, 8 or 12) `_vector_obs` of a new game in every env with gap tops `gaps` (P, N), in
+        the same float32 arithmetic: the next pipes are pipes 0 and 1, and all but their gaps is
         the same in every new game (kept from reset). Scratch that the next call rewrites."""
         (obs,) = self._restart_scratch
         bird_centre = float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2) + BIRD_HEIGHT / 2
         for ahead in range(2):
             torch.div(gaps[ahead] - bird_centre, HALF_FIELD, out=obs[:, 3 + 3 * ahead])
             torch.div(gaps[ahead] + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
+        if self.obs_mode == "lookahead":
+            start_x = self._start_offset.expand(self.num_envs)
+            pipes = [(start_x, gaps[0]), (start_x + self.pipe_spacing, gaps[1])]
+            self._write_lookahead(obs, self._start_y.expand(self.num_envs), self._zero.expand(self.num_envs), pipes)
         return obs
 
+    def _write_lookahead(self, obs: Tensor, bird_y: Tensor, velocity: Tensor, pipes: list[tuple[Tensor, Tensor]]):
+        write_lookahead(
+            obs[:, 8:], bird_y, velocity, pipes, self.pipe_speed, self.flap_velocity, MAX_FALL_SPEED, HALF_FIELD
+        )
+
     def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:
-        """(N, 8) observations; `gaps` is pipe-major (P, N)."""
+        """(N, 8 or 12) observations; `gaps` is pipe-major (P, N)."""
         pipe_x = pipe_offset + self._pipe_slot_column
         # The next pipe is the first whose right edge is still ahead of the bird's left edge.
         next_index = (pipe_x + PIPE_WIDTH <= BIRD_X).sum(0)
         bird_centre = bird_y + BIRD_HEIGHT / 2
-        obs = torch.empty(self.num_envs, 8, device=self.device)
+        obs = torch.empty(self.num_envs, OBS_WIDTHS[self.obs_mode], device=self.device)
         torch.sub(bird_centre / HALF_FIELD, 1.0, out=obs[:, 0])
         torch.div(velocity, MAX_FALL_SPEED, out=obs[:, 1])
         flat_pipe_x, flat_gaps = pipe_x.view(-1), gaps.reshape(-1)
+        pipes = []
         for ahead in range(2):  # the next pipe and the one after it
             cell = (next_index + ahead).mul_(self.num_envs).add_(self._env_index)
             next_x = flat_pipe_x.index_select(0, cell)
@@ -308,6 +351,9 @@ class FlappyBirdVecEnv(VecEnv):
             torch.div(next_x - BIRD_X, SCREEN_WIDTH, out=obs[:, 2 + 3 * ahead])
             torch.div(next_gap_top - bird_centre, HALF_FIELD, out=obs[:, 3 + 3 * ahead])
             torch.div(next_gap_top + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
+            pipes.append((next_x, next_gap_top))
+        if self.obs_mode == "lookahead":
+            self._write_lookahead(obs, bird_y, velocity, pipes)
         return obs
 
     def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:

@@ -162,3 +162,39 @@ def test_pixel_observations_restart_with_the_first_picture_after_a_crash():
     assert torch.equal(obs, start), "a new game starts from the start picture"
     bird_rows = (info["final_obs"][0, -1] == 1.0).any(dim=1).nonzero().flatten()
     assert bird_rows.float().mean() > 84 * 0.7, "the final frame shows the bird down at the ground"
+
+
+def _spawned_pairs(hard_pipes: float, steps: int = 600) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gap before, spawned gap) for every pipe spawned during a game (not at a restart)."""
+    env = make_vec_env("flappy_bird", 64, seed=5, hard_pipes=hard_pipes)
+    obs = env.reset()
+    before, spawned = [], []
+    for _ in range(steps):
+        last_gap, offset = env.gap_tops[:, -1].clone(), env.pipe_offset.clone()
+        obs, _, terminated, truncated, _ = env.step(_gap_follower(obs))
+        shifted = (env.pipe_offset > offset) & ~(terminated | truncated)
+        before.append(last_gap[shifted])
+        spawned.append(env.gap_tops[shifted, -1])
+    return torch.cat(before), torch.cat(spawned)
+
+
+def test_hard_pipes_put_that_share_of_gaps_at_the_far_end_from_the_one_before():
+    env = make_vec_env("flappy_bird", 1, seed=0)
+    low, high = env.gap_top_min, env.gap_top_min + env.gap_top_range - 1  # top of the highest / lowest gap
+    slack = 0.15 * env.gap_top_range + 1  # and the whole pixels gap tops are floored to
+
+    def far_end(before, spawned):
+        last_is_high = before < env.gap_top_min + env.gap_top_range / 2
+        return torch.where(last_is_high, spawned >= high - slack, spawned <= low + slack)
+
+    before, spawned = _spawned_pairs(1.0)
+    assert len(spawned) > 500 and far_end(before, spawned).all()
+    assert spawned.min() >= low and spawned.max() <= high
+    assert (spawned - before).abs().float().mean() > 100  # a drop or climb of most of the range each time
+    before, spawned = _spawned_pairs(0.5)
+    share = far_end(before, spawned).float().mean().item()
+    assert 0.55 < share < 0.70  # the hard half, and the uniform half's own share of the far ends
+    before, spawned = _spawned_pairs(0.0)
+    assert far_end(before, spawned).float().mean().item() < 0.25  # uniform: about 15%
+    with pytest.raises(EnvConfigError, match="hard_pipes"):
+        make_vec_env("flappy_bird", 1, hard_pipes=1.5)

@@ -35,11 +35,12 @@ SUBCOMMANDS = """other commands (each has its own --help):
 
 
 def build_train_parser() -> argparse.ArgumentParser:
+    from trainer.algos.registry import ALGORITHMS
     from trainer.serving.metrics_server import METRICS_KEY_ENV
 
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
-        description="Train a PPO / A2C agent from a YAML config.",
+        description=f"Train an agent ({', '.join(name.upper() for name in ALGORITHMS)}) from a YAML config.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=SUBCOMMANDS,
     )

@@ -1,0 +1,65 @@
+"""Flappy Bird's `obs: lookahead` features: how high the bird will be when the next pipes reach
+it, if it stops flapping now and if it flaps once now (envs/flappy_bird.py).
+
+Where a Flappy Bird agent crashes (docs/benchmarks.md#why-flappy-bird-plateaus): after a high
+gap comes a much lower one, and the bird leaves the high pipe too high, or still rising from a
+flap, to fall into the low gap in the 15 steps between the pipes. The crash comes 20-35 steps
+after the flap that caused it. These features show that future now: the bird falls fastest by not
+flapping, so if it would still enter the next pipe above its gap while falling freely from here,
+it is already lost; if it would after one flap now, that flap loses it.
+
+For each of the next two pipes (the one the bird is in or meets next, and the one after it):
+    (height of the bird's top edge, falling freely, on the step the pipe first overlaps it (the
+     next step for the pipe around the bird) minus the pipe's gap top) / half the playfield
+    the same after flapping now
+Positive: the bird can still be below the gap's top edge there. Clamped to [-2, 2]; the ceiling
+(a flap never takes the bird above y = 0) is left out: the gaps lie far below it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from envs.flappy_bird_screen import BIRD_WIDTH, BIRD_X
+
+LOOKAHEAD_FEATURES = 4
+FEATURE_LIMIT = 2.0
+
+
+def steps_until_overlap(pipe_x: Tensor, pipe_speed: float) -> Tensor:
+    """Steps until a pipe whose left edge is at `pipe_x` overlaps the bird: the first t >= 1 with
+    pipe_x - t * speed < the bird's right edge (1 for a pipe around the bird already)."""
+    ahead = pipe_x - (BIRD_X + BIRD_WIDTH)
+    return torch.floor(ahead / pipe_speed).add_(1).clamp_(min=1)
+
+
+def fall_distance(steps: Tensor, velocity: Tensor, max_fall_speed: float) -> Tensor:
+    """px the bird moves down in `steps` steps without flapping from vertical speed `velocity`:
+    the sum over i = 1..steps of min(velocity + i, max_fall_speed) (gravity 1 px/step^2)."""
+    # The steps before the speed reaches its cap: i < max_fall_speed - velocity.
+    speeding_up = (torch.ceil(max_fall_speed - velocity) - 1).clamp_(min=0).minimum(steps)
+    return speeding_up * velocity + speeding_up * (speeding_up + 1) / 2 + (steps - speeding_up) * max_fall_speed
+
+
+def write_lookahead(
+    out: Tensor,
+    bird_y: Tensor,
+    velocity: Tensor,
+    pipes: list[tuple[Tensor, Tensor]],
+    pipe_speed: float,
+    flap_velocity: float,
+    max_fall_speed: float,
+    half_field: float,
+) -> None:
+    """Write the features into `out` (N, 4), from the bird's top edge `bird_y` and speed, and
+    (left edge x, gap top) of the next two pipes."""
+    flap_speed = torch.full_like(velocity, flap_velocity)
+    for index, (pipe_x, gap_top) in enumerate(pipes):
+        steps = steps_until_overlap(pipe_x, pipe_speed)
+        falling = bird_y + fall_distance(steps, velocity, max_fall_speed)
+        # A flap now sets the speed of the next step, then the bird falls freely.
+        flapping = bird_y + flap_velocity + fall_distance(steps - 1, flap_speed, max_fall_speed)
+        torch.sub(falling, gap_top, out=out[:, 2 * index]).div_(half_field)
+        torch.sub(flapping, gap_top, out=out[:, 2 * index + 1]).div_(half_field)
+    out.clamp_(-FEATURE_LIMIT, FEATURE_LIMIT)
