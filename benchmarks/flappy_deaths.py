@@ -45,11 +45,13 @@ def drop_bin(drop: float) -> str:
 BINS = (FIRST, *(drop_bin(edge - 1) for edge in DROP_EDGES), drop_bin(DROP_EDGES[-1]))
 
 
-def analyse(act: Callable[[Tensor], Tensor], envs: int = 512, steps: int = 20_000, seed: int = 123) -> dict:
+def analyse(
+    act: Callable[[Tensor], Tensor], envs: int = 512, steps: int = 20_000, seed: int = 123, obs: str = "vector"
+) -> dict:
     """Play `act` (observations -> actions) in `envs` Flappy Birds for `steps` steps; the pipes met
     and the crashes per drop bin, and the crashes by kind ("ground", "pipe above the gap, entering",
-    "pipe below the gap, inside", ...)."""
-    env = FlappyBirdVecEnv(envs, seed=seed, max_steps=10**9)
+    "pipe below the gap, inside", ...). `obs`: the observation the model was trained on."""
+    env = FlappyBirdVecEnv(envs, seed=seed, max_steps=10**9, obs=obs)
     obs = env.reset()
     last_gap = torch.full((envs,), float("nan"))  # the gap top of the pipe each bird passed last
     met, crashed, kinds = Counter(), Counter(), Counter()
@@ -122,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     def act(obs: Tensor) -> Tensor:
         return torch.as_tensor(model.predict(obs, deterministic=True)[0])
 
-    print(report(analyse(act, args.envs, args.steps, args.seed)))
+    # The model's own observation; the rest of the game as the original (no `hard_pipes` curriculum).
+    obs = model.config.get("env_kwargs", {}).get("obs", "vector")
+    if obs == "pixels":
+        parser.error("the analysis reads where each bird crashed from its vector observation; this model sees pixels")
+    print(report(analyse(act, args.envs, args.steps, args.seed, obs)))
     return 0
 
 

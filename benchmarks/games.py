@@ -80,8 +80,11 @@ def flappy_steps_for_pipes(pipes: int, env_kwargs: dict | None = None) -> int:
 
 
 def evaluation_env_kwargs(env_name: str, saved: dict | None) -> dict:
-    """The env options the greedy games run with: the config's own, Flappy Bird's cap raised."""
-    kwargs = dict(saved or {})
+    """The env options the greedy games run with: the config's own but its training-only ones (a
+    curriculum), Flappy Bird's cap raised."""
+    from envs.registry import played_env_kwargs
+
+    kwargs = played_env_kwargs(env_name, saved)
     if env_name == "flappy_bird":
         kwargs["max_steps"] = flappy_steps_for_pipes(FLAPPY_EVAL_PIPES, kwargs)
     return kwargs

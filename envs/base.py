@@ -48,6 +48,9 @@ class VecEnv:
     # word (envs.registry.score_unit reads it). None: the score is the episode return (it is for
     # a Gymnasium env that reports no info["score"]), so it is shown and labelled as the return.
     score_unit: str | None = None
+    # Options that only shape training (a curriculum, e.g. Flappy Bird's `hard_pipes`): evaluation,
+    # the Watch view and the games benchmark play without them (envs.registry.played_env_kwargs).
+    training_only_options: tuple[str, ...] = ()
     metadata: dict = {"render_fps": 30}
     # False keeps a finished env on its last state until reset() (the single-env Gymnasium
     # wrapper and the play command use it to show the crash); training always auto-resets.

@@ -98,6 +98,7 @@ class FlappyBirdVecEnv(VecEnv):
 
     name = "flappy_bird"
     score_unit = "pipes"
+    training_only_options = ("hard_pipes",)
     metadata = {"render_fps": 30}
 
     def __init__(

@@ -116,20 +116,35 @@ def _native_class(canonical: str) -> type[VecEnv]:
         raise EnvConfigError(f"{canonical} is not available yet in this version of envs/") from error
 
 
-def score_unit(name: str) -> str | None:
-    """The unit of env `name`'s game score, as its class declares it (`VecEnv.score_unit`):
-    "pipes" for flappy_bird, "food" for snake, "steps balanced" for cartpole, under any alias or
-    `gym:` spelling (their single-env versions report the same score). None where the score is
-    the episode return: Gymnasium ids, entry points (never imported here), unknown names."""
+def _builtin_class(name: str) -> type[VecEnv] | None:
+    """The VecEnv class of built-in env `name` under any alias or `gym:` spelling; None for
+    Gymnasium ids, entry points (never imported here) and unknown names."""
     try:
         resolved = resolve_env_name(name)
     except UnknownEnvError:
         return None
     inner = resolved[len(GYM_PREFIX) :] if resolved.startswith(GYM_PREFIX) else resolved
     canonical = _ALIASES.get(inner.lower())
-    if canonical is None:
-        return None
-    return _native_class(canonical).score_unit
+    return None if canonical is None else _native_class(canonical)
+
+
+def played_env_kwargs(name: str, env_kwargs: dict | None) -> dict:
+    """`env_kwargs` without the options that only shape training (`VecEnv.training_only_options`,
+    e.g. Flappy Bird's `hard_pipes` curriculum): the game a trained model is judged on."""
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        return env_kwargs  # malformed: left for the caller's own check to name
+    env_class = _builtin_class(name)
+    dropped = env_class.training_only_options if env_class is not None else ()
+    return {key: value for key, value in (env_kwargs or {}).items() if key not in dropped}
+
+
+def score_unit(name: str) -> str | None:
+    """The unit of env `name`'s game score, as its class declares it (`VecEnv.score_unit`):
+    "pipes" for flappy_bird, "food" for snake, "steps balanced" for cartpole, under any alias or
+    `gym:` spelling (their single-env versions report the same score). None where the score is
+    the episode return: Gymnasium ids, entry points (never imported here), unknown names."""
+    env_class = _builtin_class(name)
+    return None if env_class is None else env_class.score_unit
 
 
 def _load_entry_point(entry_point: str):

@@ -91,6 +91,7 @@ class LivePlayer:
         except CodePermissionError as error:
             raise WatchError(f"This run's environment cannot be loaded here: {error}") from None
         from envs import make_vec_env
+        from envs.registry import played_env_kwargs
 
         try:
             self.env = make_vec_env(
@@ -99,7 +100,7 @@ class LivePlayer:
                 device="cpu",
                 seed=seed,
                 wrappers=config.get("wrappers") or None,
-                **config.get("env_kwargs", {}),
+                **played_env_kwargs(config["env_name"], config.get("env_kwargs")),  # the game, not its curriculum
             )
         except Exception as error:  # noqa: BLE001 - a broken env: say so, do not crash the tab
             raise WatchError(f"Could not make {config.get('env_name')!r}: {type(error).__name__}: {error}") from None

@@ -119,3 +119,27 @@ def test_the_evaluate_tab_says_how_many_games_were_won_or_reached_the_cap(tiny_m
     # A game with neither (a Gymnasium env without a cap attribute) gets no such line.
     plain = EvaluationSummary("Pendulum-v1", 10_000, 10, True, -150.0, 10.0, -150.0, 10.0, 0, None).markdown()
     assert "Wins" not in plain and "Reached the cap" not in plain
+
+
+def test_a_model_trained_with_a_curriculum_is_judged_on_the_real_game(tmp_path):
+    # Flappy Bird's hard_pipes only shapes training: evaluation, the Watch view and the games
+    # benchmark play the original pipes, with the model's own observation.
+    from benchmarks.games import evaluation_env_kwargs
+    from trainer.run.checkpoint import load_model
+    from trainer.run.loop import train
+    from trainer.serving.evaluate import choose_env
+
+    torch.set_num_threads(1)
+    trained_with = {"obs": "lookahead", "hard_pipes": 1.0}
+    config = config_from_dict(
+        {"env_name": "flappy_bird", "env_kwargs": trained_with, "num_envs": 8, "num_steps": 16}
+        | {"mini_batch_size": 64, "total_timesteps": 256, "gif_interval": 0, "device": "cpu"}
+    )
+    model = load_model(train(config, tmp_path / "run").final_model)
+    assert choose_env(model).kwargs == {"obs": "lookahead"}
+    played = evaluate(model, episodes=2)
+    assert len(played.lengths) == 2  # it plays, with its 12-float observations
+    assert choose_env(model, "flappy_bird").kwargs == {"obs": "lookahead"}
+    assert choose_env(model, "flappy_bird", {"hard_pipes": 0.5}).kwargs == {"hard_pipes": 0.5}  # asked for: kept
+    judged = evaluation_env_kwargs("flappy_bird", trained_with)
+    assert "hard_pipes" not in judged and judged["obs"] == "lookahead" and judged["max_steps"] > 36_000

@@ -151,9 +151,11 @@ def choose_env(
     """Which env evaluating `model` builds. A model file is data: the env the user names wins;
     the saved env_name is used only when it is a built-in or a registered Gymnasium id, and an
     entry point (`module:Class` env or wrappers) saved in the file is refused unless the user
-    allowed custom code (trainer.config.permissions.require_code_permission, naming `flag`)."""
+    allowed custom code (trainer.config.permissions.require_code_permission, naming `flag`).
+    The saved env_kwargs come without the options that only shape training (a curriculum)."""
     from envs import resolve_env_name
     from envs.errors import EnvError
+    from envs.registry import played_env_kwargs
     from trainer.config.permissions import require_code_permission
 
     saved = model.config or {}
@@ -161,7 +163,8 @@ def choose_env(
     if env_name is not None:  # the user's own choice; the file's wrappers and options still need checking
         require_code_permission({"wrappers": wrappers}, allow_custom_code, source, flag)
         same_env = env_name == saved.get("env_name")
-        kwargs = env_kwargs if env_kwargs is not None else (saved.get("env_kwargs") or {}) if same_env else {}
+        saved_kwargs = played_env_kwargs(env_name, saved.get("env_kwargs")) if same_env else {}
+        kwargs = env_kwargs if env_kwargs is not None else saved_kwargs
         return EnvChoice(env_name, dict(kwargs), wrappers if same_env else None)
     saved_name = saved.get("env_name")
     if not isinstance(saved_name, str) or not saved_name:
@@ -177,6 +180,8 @@ def choose_env(
     kwargs = env_kwargs if env_kwargs is not None else saved.get("env_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise ValueError(f"{source}: env_kwargs must be a mapping, got {type(kwargs).__name__}")
+    if env_kwargs is None:
+        kwargs = played_env_kwargs(saved_name, kwargs)
     return EnvChoice(saved_name, dict(kwargs), wrappers)
 
 
