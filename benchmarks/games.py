@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 import tempfile
 import threading
@@ -95,10 +96,16 @@ def evaluation_env_kwargs(env_name: str, saved: dict | None) -> dict:
 
 
 def ours_shipped_game(
-    config_path: str, seed: int = 0, episodes: int = 100, total_timesteps: int | None = None, device: str = "cpu"
+    config_path: str,
+    seed: int = 0,
+    episodes: int = 100,
+    total_timesteps: int | None = None,
+    device: str = "cpu",
+    keep_models: str | None = None,
 ) -> dict[str, Any]:
     """Train `config_path` as shipped (its budget, or `total_timesteps`) with `seed`, then play
-    its final model greedily for `episodes` games on env seed EVAL_SEED_OFFSET + seed."""
+    its final model greedily for `episodes` games on env seed EVAL_SEED_OFFSET + seed. With
+    `keep_models`, the final model is copied there as CONFIG_seedN.pth (else it is deleted)."""
     from benchmarks.ours import MetricsRecorder, _load
     from envs import resolve_env_name
     from trainer.run.loop import train
@@ -126,6 +133,11 @@ def ours_shipped_game(
             env_kwargs=env_kwargs,
         )
         eval_seconds = time.perf_counter() - start
+        kept = None
+        if keep_models is not None:
+            kept = Path(keep_models) / f"{Path(config_path).stem}_seed{seed}.pth"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(trained.final_model, kept)
     evaluation = played.as_dict()
     del evaluation["returns"], evaluation["lengths"]
     return {
@@ -143,6 +155,7 @@ def ours_shipped_game(
         "final_training_score_mean": recorder.series[-1][2] if recorder.series else None,
         "eval_seconds": eval_seconds,
         "evaluation": evaluation,
+        "model": str(kept) if kept is not None else None,
     }
 
 
@@ -182,6 +195,7 @@ def run_games(args, run_in_fresh_process, say) -> dict[str, Any]:
             "episodes": episodes,
             "total_timesteps": steps,
             "device": args.device,
+            "keep_models": str(args.keep_models) if getattr(args, "keep_models", None) else None,
         }
         result = run_in_fresh_process("ours_shipped_game", params, args.threads, 24 * 3600.0)
         with recording:

@@ -51,6 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--game-episodes", type=int, default=None, help="games: greedy games per seed (default 100, 10 with --quick)"
     )
     parser.add_argument(
+        "--keep-models",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="games: keep each run's final model as DIR/CONFIG_seedN.pth, for analysis afterwards "
+        "(benchmarks.flappy_deaths, benchmarks.snake_ends); by default they are deleted",
+    )
+    parser.add_argument(
         "--game-parallel",
         type=int,
         default=1,

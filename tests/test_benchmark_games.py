@@ -50,7 +50,7 @@ def test_games_section_trains_every_game_config_and_tables_wins_and_caps(
     monkeypatch.setattr(run, "run_in_fresh_process", _in_this_process)
 
     argv = ["--only", "games", "--seeds", "2", "--game-episodes", "3", "--configs", str(configs), "--out", str(out)]
-    assert run.main(argv) == 0
+    assert run.main([*argv, "--keep-models", str(tmp_path / "models")]) == 0
 
     section = json.loads((out / "games.json").read_text())["games"]
     assert list(section["configs"]) == ["flappy_bird.yaml", "guide.yaml", "snake.yaml"]  # not CartPole
@@ -65,6 +65,13 @@ def test_games_section_trains_every_game_config_and_tables_wins_and_caps(
     assert flappy["evaluation"]["capped"] is not None and flappy["evaluation"]["wins"] is None
     snake = section["configs"]["snake.yaml"]["runs"][0]
     assert snake["evaluation"]["wins"] is not None and snake["evaluation"]["capped"] is None
+    # --keep-models: each measured model stays, and plays again.
+    from trainer.run.checkpoint import load_model
+
+    kept = sorted(path.name for path in (tmp_path / "models").iterdir())
+    assert kept == [f"{stem}_seed{seed}.pth" for stem in ("flappy_bird", "guide", "snake") for seed in (0, 1)]
+    assert snake["model"] == str(tmp_path / "models" / "snake_seed0.pth")
+    assert load_model(snake["model"]).predict(torch.zeros(18))[0] in (0, 1, 2)
 
     printed = capsys.readouterr().out
     for text in (printed, (out / "games.md").read_text()):
