@@ -67,6 +67,7 @@ SHIPPED_CONFIGS = [
     "cartpole_lstm.yaml",
     "cluster.yaml",
     "flappy_bird.yaml",
+    "flappy_bird_1000.yaml",
     "flappy_bird_dqn.yaml",
     "lunar_lander_continuous_ppo.yaml",
     "lunar_lander_continuous_sac.yaml",

@@ -102,6 +102,16 @@ def test_snake_10x10_config_passes_20_food(tmp_path):
     assert result.step <= 1_000_000, f"20 food took {result.step:_} steps (seeds 1, 2: under 270k)"
 
 
+def test_flappy_bird_1000_config_passes_20_pipes_on_its_curriculum(tmp_path):
+    # The lookahead config's first seconds, on its training pipes (half of them big drops): seeds
+    # 1 / 2 passed a mean of 20 pipes at 827k / 623k steps (13-17 s).
+    config = load_config(ROOT / "configs" / "flappy_bird_1000.yaml", ["gif_interval=0", "checkpoint.interval=0"])
+    recorder = BestRecent("recent_score_mean", target=20)
+    result = train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
+    assert recorder.best >= 20, f"mean pipes of the last 100 games only reached {recorder.best:.1f}"
+    assert result.step <= 2_000_000, f"20 pipes took {result.step:_} steps (seeds 1, 2: under 830k)"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("game, target", [("flappy_bird", 50), ("snake", 20)])
 def test_shipped_game_configs_reach_their_goals(tmp_path, game, target):
