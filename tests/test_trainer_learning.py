@@ -92,24 +92,21 @@ def test_a2c_learns_cartpole(tmp_path):
     assert recorder.best >= 100, f"a2c mean return only reached {recorder.best:.1f} (random: about 22)"
 
 
-def test_snake_10x10_config_passes_20_food(tmp_path):
-    # The board-filling config's first seconds: seeds 1 / 2 passed a mean of 20 food at 262k / 246k
-    # steps (the room-and-way-out features at work; 18-feature snake.yaml: about 5 food at 200k).
-    config = load_config(ROOT / "configs" / "snake_10x10.yaml", ["gif_interval=0", "checkpoint.interval=0"])
+# The perfect-play configs' first seconds, a mean of 20 in the last 100 training games:
+# - snake_10x10.yaml: seeds 1 / 2 at 262k / 246k steps (the room-and-way-out features at work;
+#   the 18-feature observation: about 5 food at 200k);
+# - flappy_bird_1000.yaml, on its training pipes (half of them big drops): seeds 1 / 2 at
+#   827k / 623k steps (13-17 s).
+@pytest.mark.parametrize(
+    "config_name, unit, most_steps",
+    [("snake_10x10.yaml", "food", 1_000_000), ("flappy_bird_1000.yaml", "pipes", 2_000_000)],
+)
+def test_perfect_play_configs_pass_20(tmp_path, config_name, unit, most_steps):
+    config = load_config(ROOT / "configs" / config_name, ["gif_interval=0", "checkpoint.interval=0"])
     recorder = BestRecent("recent_score_mean", target=20)
     result = train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
-    assert recorder.best >= 20, f"mean food of the last 100 games only reached {recorder.best:.1f}"
-    assert result.step <= 1_000_000, f"20 food took {result.step:_} steps (seeds 1, 2: under 270k)"
-
-
-def test_flappy_bird_1000_config_passes_20_pipes_on_its_curriculum(tmp_path):
-    # The lookahead config's first seconds, on its training pipes (half of them big drops): seeds
-    # 1 / 2 passed a mean of 20 pipes at 827k / 623k steps (13-17 s).
-    config = load_config(ROOT / "configs" / "flappy_bird_1000.yaml", ["gif_interval=0", "checkpoint.interval=0"])
-    recorder = BestRecent("recent_score_mean", target=20)
-    result = train(config, tmp_path / "run", sinks=[recorder], should_stop=recorder.reached)
-    assert recorder.best >= 20, f"mean pipes of the last 100 games only reached {recorder.best:.1f}"
-    assert result.step <= 2_000_000, f"20 pipes took {result.step:_} steps (seeds 1, 2: under 830k)"
+    assert recorder.best >= 20, f"mean {unit} of the last 100 games only reached {recorder.best:.1f}"
+    assert result.step <= most_steps, f"20 {unit} took {result.step:_} steps (seeds 1, 2: see above)"
 
 
 @pytest.mark.slow
