@@ -61,3 +61,16 @@ def test_lookahead_heights_are_where_the_bird_meets_the_next_pipes():
             assert torch.allclose(predicted[comparable], replayed[comparable], atol=1e-3)
             checked += int(comparable.sum())
     assert checked > ENVS
+
+
+def test_a_new_game_starts_with_the_lookahead_the_step_would_compute():
+    # A crashed bird's next observation comes from the shortcut for new games (`_new_game_obs`);
+    # it must equal the full computation from the new game's state.
+    env = make_vec_env("flappy_bird", 64, seed=1, obs="lookahead")
+    obs = env.reset()
+    restarted = 0
+    for _ in range(120):
+        obs, _, terminated, truncated, _ = env.step((obs[:, 4] < 25 / HALF_FIELD).long())
+        restarted += int((terminated | truncated).sum())
+        assert torch.equal(obs, env._vector_obs(env.bird_y, env.bird_velocity, env.pipe_offset, env._gaps))
+    assert restarted > 0
