@@ -24,10 +24,6 @@ will be when each reaches it, falling freely from here and after a flap now
 
 Reward: `reward_alive` (+0.1) per step survived, `reward_pipe` (+10) per pipe passed and
 `reward_death` (-5) on the step the bird crashes. The episode is truncated after `max_steps`.
-
-`hard_pipes` (a share, default 0) is a training curriculum: that share of the pipes spawned
-during a game lie at the far end of the range from the pipe before them (a low gap after a high
-one and the reverse), the pairs where a bird trained on the original's uniform gaps crashes.
 """
 
 from __future__ import annotations
@@ -53,7 +49,7 @@ from envs.flappy_bird_screen import (
     draw_flappy_bird,
 )
 from envs.noise import UniformNoise
-from envs.options import finite_number, positive_int, size_pair
+from envs.options import finite_number, number_between, positive_int, size_pair
 
 GRAVITY = 1.0
 MAX_FALL_SPEED = 10.0
@@ -62,13 +58,6 @@ OBS_WIDTHS = {"vector": 8, "lookahead": 8 + LOOKAHEAD_FEATURES}  # the observati
 HARD_PIPE_SLACK = 0.15  # a hard pipe's gap lies within this share of the range from its far end
 GROUND_SHADE = 0.3  # grayscale values of the pixel observations (sky 0, bird 1)
 PIPE_SHADE = 0.6
-
-
-def _positive_number(name: str, value, minimum: float = 0.0, maximum: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
-        bounds = f"between {minimum} and {maximum}" if maximum < math.inf else f"at least {minimum}"
-        raise EnvConfigError(f"{name} must be a number {bounds}, got {value!r}")
-    return float(value)
 
 
 class FlappyBirdVecEnv(VecEnv):
@@ -127,15 +116,15 @@ class FlappyBirdVecEnv(VecEnv):
         self.obs_mode = obs
         self.pixel_size = size_pair("pixel_size", pixel_size, 16, 512)
         self.frame_stack = frame_stack
-        self.gap_size = _positive_number("gap_size", gap_size, BIRD_HEIGHT + 6, GROUND_Y * 0.6)
-        self.pipe_speed = _positive_number("pipe_speed", pipe_speed, 0.5, 20)
-        self.pipe_spacing = _positive_number("pipe_spacing", pipe_spacing, 80 + self.pipe_speed, 600)
-        self.flap_velocity = _positive_number("flap_velocity", -flap_velocity, 1, 30) * -1.0
+        self.gap_size = number_between("gap_size", gap_size, BIRD_HEIGHT + 6, GROUND_Y * 0.6)
+        self.pipe_speed = number_between("pipe_speed", pipe_speed, 0.5, 20)
+        self.pipe_spacing = number_between("pipe_spacing", pipe_spacing, 80 + self.pipe_speed, 600)
+        self.flap_velocity = number_between("flap_velocity", -flap_velocity, 1, 30) * -1.0
         self.reward_alive = finite_number("reward_alive", reward_alive)
         self.reward_pipe = finite_number("reward_pipe", reward_pipe)
         self.reward_death = finite_number("reward_death", reward_death)
         self.max_steps = positive_int("max_steps", max_steps)
-        self.hard_pipes = _positive_number("hard_pipes", hard_pipes, 0.0, 1.0)
+        self.hard_pipes = number_between("hard_pipes", hard_pipes, 0.0, 1.0)
 
         # Gap tops are drawn as the original does: int(uniform in [0, 0.6 * ground - gap)) + 0.2 * ground.
         self.gap_top_min = float(int(GROUND_Y * 0.2))

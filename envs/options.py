@@ -24,6 +24,15 @@ def finite_number(name: str, value: object) -> float:
     return float(value)
 
 
+def number_between(name: str, value: object, minimum: float = 0.0, maximum: float = math.inf) -> float:
+    """`value` as a float if it is a number (not a bool) in [minimum, maximum], else an
+    EnvConfigError naming `name` and the bounds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        bounds = f"between {minimum} and {maximum}" if maximum < math.inf else f"at least {minimum}"
+        raise EnvConfigError(f"{name} must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
 def size_pair(name: str, value: object, low: int, high: int) -> tuple[int, int]:
     """(height, width) from an int (a square) or a [height, width] pair, each in low..high."""
     if isinstance(value, int) and not isinstance(value, bool):
