@@ -53,13 +53,14 @@ def write_lookahead(
     half_field: float,
 ) -> None:
     """Write the features into `out` (N, 4), from the bird's top edge `bird_y` and speed, and
-    (left edge x, gap top) of the next two pipes."""
-    flap_speed = torch.full_like(velocity, flap_velocity)
-    for index, (pipe_x, gap_top) in enumerate(pipes):
-        steps = steps_until_overlap(pipe_x, pipe_speed)
-        falling = bird_y + fall_distance(steps, velocity, max_fall_speed)
-        # A flap now sets the speed of the next step, then the bird falls freely.
-        flapping = bird_y + flap_velocity + fall_distance(steps - 1, flap_speed, max_fall_speed)
-        torch.sub(falling, gap_top, out=out[:, 2 * index]).div_(half_field)
-        torch.sub(flapping, gap_top, out=out[:, 2 * index + 1]).div_(half_field)
-    out.clamp_(-FEATURE_LIMIT, FEATURE_LIMIT)
+    (left edge x, gap top) of the next two pipes. All four at once, as (pipe, falling / flapping, N)."""
+    pipe_x = torch.stack([x for x, _ in pipes])  # (2, N)
+    gap_top = torch.stack([top for _, top in pipes]).unsqueeze(1)  # (2, 1, N)
+    steps = steps_until_overlap(pipe_x, pipe_speed).unsqueeze(1)
+    # Falling: from here, every step. After a flap now: the flap's own step, then falling.
+    steps = torch.cat((steps, steps - 1), dim=1)  # (2, 2, N)
+    speed = torch.stack((velocity, torch.full_like(velocity, flap_velocity)))  # (2, N), broadcast over pipes
+    start = torch.stack((bird_y, bird_y + flap_velocity))
+    height = fall_distance(steps, speed, max_fall_speed).add_(start)
+    margin = height.sub_(gap_top).div_(half_field).clamp_(-FEATURE_LIMIT, FEATURE_LIMIT)
+    out.copy_(margin.reshape(2 * len(pipes), -1).t())
