@@ -80,7 +80,7 @@ class FlappyBirdVecEnv(VecEnv):
             at the default speed, so a perfect agent's episodes still end).
         hard_pipes: share of spawned pipes whose gap lies at the far end of the range from the
             gap before it, within `HARD_PIPE_SLACK` of the range (default 0: the original's
-            uniform gaps). A curriculum for the big drops; evaluate with 0.
+            uniform gaps). A curriculum for the big drops: evaluation leaves it out.
 
     `score` (in the episode statistics) is the number of pipes passed.
     """
