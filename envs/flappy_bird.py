@@ -37,7 +37,7 @@ from torch import Tensor
 
 from envs.base import VecEnv
 from envs.errors import EnvConfigError
-from envs.flappy_bird_lookahead import LOOKAHEAD_FEATURES, write_lookahead
+from envs.flappy_bird_lookahead import LOOKAHEAD_FEATURES, lookahead_heights, write_margins
 from envs.flappy_bird_screen import (
     BIRD_HEIGHT,
     BIRD_WIDTH,
@@ -140,6 +140,9 @@ class FlappyBirdVecEnv(VecEnv):
         self._start_y = torch.tensor(float((SCREEN_HEIGHT - BIRD_HEIGHT) // 2), device=dev)
         self._start_offset = torch.tensor(float(SCREEN_WIDTH), device=dev)
         self._zero = torch.zeros((), device=dev)
+        if obs == "lookahead":  # a new game's bird: where it will be when pipes 0 and 1 reach it
+            start_x = torch.stack((self._start_offset, self._start_offset + self.pipe_spacing)).view(2, 1)
+            self._start_heights = self._lookahead_heights(self._start_y.view(1), self._zero.view(1), start_x)
         # A random 15-bit field times range / 2**15 is uniform * range exactly (scaling by a power
         # of two is exact), in one product.
         self._gap_field_scale = torch.tensor(self.gap_top_range / (1 << UniformNoise.FIELD_BITS), device=dev)
@@ -312,16 +315,12 @@ class FlappyBirdVecEnv(VecEnv):
         for ahead in range(2):
             torch.div(gaps[ahead] - bird_centre, HALF_FIELD, out=obs[:, 3 + 3 * ahead])
             torch.div(gaps[ahead] + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
-        if self.obs_mode == "lookahead":
-            start_x = self._start_offset.expand(self.num_envs)
-            pipes = [(start_x, gaps[0]), (start_x + self.pipe_spacing, gaps[1])]
-            self._write_lookahead(obs, self._start_y.expand(self.num_envs), self._zero.expand(self.num_envs), pipes)
+        if self.obs_mode == "lookahead":  # the bird's heights are the same in every new game
+            write_margins(obs[:, 8:], self._start_heights, gaps[:2], HALF_FIELD)
         return obs
 
-    def _write_lookahead(self, obs: Tensor, bird_y: Tensor, velocity: Tensor, pipes: list[tuple[Tensor, Tensor]]):
-        write_lookahead(
-            obs[:, 8:], bird_y, velocity, pipes, self.pipe_speed, self.flap_velocity, MAX_FALL_SPEED, HALF_FIELD
-        )
+    def _lookahead_heights(self, bird_y: Tensor, velocity: Tensor, pipe_x: Tensor) -> Tensor:
+        return lookahead_heights(bird_y, velocity, pipe_x, self.pipe_speed, self.flap_velocity, MAX_FALL_SPEED)
 
     def _vector_obs(self, bird_y: Tensor, velocity: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:
         """(N, 8 or 12) observations; `gaps` is pipe-major (P, N)."""
@@ -333,7 +332,7 @@ class FlappyBirdVecEnv(VecEnv):
         torch.sub(bird_centre / HALF_FIELD, 1.0, out=obs[:, 0])
         torch.div(velocity, MAX_FALL_SPEED, out=obs[:, 1])
         flat_pipe_x, flat_gaps = pipe_x.view(-1), gaps.reshape(-1)
-        pipes = []
+        pipes = []  # (left edge x, gap top) of the next two pipes
         for ahead in range(2):  # the next pipe and the one after it
             cell = (next_index + ahead).mul_(self.num_envs).add_(self._env_index)
             next_x = flat_pipe_x.index_select(0, cell)
@@ -343,7 +342,8 @@ class FlappyBirdVecEnv(VecEnv):
             torch.div(next_gap_top + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
             pipes.append((next_x, next_gap_top))
         if self.obs_mode == "lookahead":
-            self._write_lookahead(obs, bird_y, velocity, pipes)
+            heights = self._lookahead_heights(bird_y, velocity, torch.stack([x for x, _ in pipes]))
+            write_margins(obs[:, 8:], heights, torch.stack([top for _, top in pipes]), HALF_FIELD)
         return obs
 
     def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:

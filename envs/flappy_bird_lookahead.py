@@ -42,25 +42,21 @@ def fall_distance(steps: Tensor, velocity: Tensor, max_fall_speed: float) -> Ten
     return speeding_up * velocity + speeding_up * (speeding_up + 1) / 2 + (steps - speeding_up) * max_fall_speed
 
 
-def write_lookahead(
-    out: Tensor,
-    bird_y: Tensor,
-    velocity: Tensor,
-    pipes: list[tuple[Tensor, Tensor]],
-    pipe_speed: float,
-    flap_velocity: float,
-    max_fall_speed: float,
-    half_field: float,
-) -> None:
-    """Write the features into `out` (N, 4), from the bird's top edge `bird_y` and speed, and
-    (left edge x, gap top) of the next two pipes. All four at once, as (pipe, falling / flapping, N)."""
-    pipe_x = torch.stack([x for x, _ in pipes])  # (2, N)
-    gap_top = torch.stack([top for _, top in pipes]).unsqueeze(1)  # (2, 1, N)
+def lookahead_heights(
+    bird_y: Tensor, velocity: Tensor, pipe_x: Tensor, pipe_speed: float, flap_velocity: float, max_fall_speed: float
+) -> Tensor:
+    """(2, 2, N) the bird's top edge on the step each of the next two pipes (left edges `pipe_x`,
+    (2, N)) reaches it: [pipe, falling freely from here / after a flap now, env]."""
     steps = steps_until_overlap(pipe_x, pipe_speed).unsqueeze(1)
     # Falling: from here, every step. After a flap now: the flap's own step, then falling.
     steps = torch.cat((steps, steps - 1), dim=1)  # (2, 2, N)
     speed = torch.stack((velocity, torch.full_like(velocity, flap_velocity)))  # (2, N), broadcast over pipes
     start = torch.stack((bird_y, bird_y + flap_velocity))
-    height = fall_distance(steps, speed, max_fall_speed).add_(start)
-    margin = height.sub_(gap_top).div_(half_field).clamp_(-FEATURE_LIMIT, FEATURE_LIMIT)
-    out.copy_(margin.reshape(2 * len(pipes), -1).t())
+    return fall_distance(steps, speed, max_fall_speed).add_(start)
+
+
+def write_margins(out: Tensor, heights: Tensor, gap_tops: Tensor, half_field: float) -> None:
+    """Write the features into `out` (N, 4) from `lookahead_heights` (2, 2, N or 1) and the two
+    pipes' gap tops (2, N)."""
+    margin = (heights - gap_tops.unsqueeze(1)).div_(half_field).clamp_(-FEATURE_LIMIT, FEATURE_LIMIT)
+    out.copy_(margin.reshape(4, -1).t())

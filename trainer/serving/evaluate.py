@@ -177,11 +177,9 @@ def choose_env(
             f"{source} was trained on {saved_name[:100]!r}, which is not an environment here "
             f"({str(error)[:200]}); name one (--env NAME)"
         ) from None
-    kwargs = env_kwargs if env_kwargs is not None else saved.get("env_kwargs") or {}
+    kwargs = env_kwargs if env_kwargs is not None else played_env_kwargs(saved_name, saved.get("env_kwargs"))
     if not isinstance(kwargs, dict):
         raise ValueError(f"{source}: env_kwargs must be a mapping, got {type(kwargs).__name__}")
-    if env_kwargs is None:
-        kwargs = played_env_kwargs(saved_name, kwargs)
     return EnvChoice(saved_name, dict(kwargs), wrappers)
 
 
