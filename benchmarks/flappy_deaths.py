@@ -46,12 +46,13 @@ BINS = (FIRST, *(drop_bin(edge - 1) for edge in DROP_EDGES), drop_bin(DROP_EDGES
 
 
 def analyse(
-    act: Callable[[Tensor], Tensor], envs: int = 512, steps: int = 20_000, seed: int = 123, obs: str = "vector"
+    act: Callable[[Tensor], Tensor], envs: int = 512, steps: int = 20_000, seed: int = 123, **env_kwargs
 ) -> dict:
     """Play `act` (observations -> actions) in `envs` Flappy Birds for `steps` steps; the pipes met
     and the crashes per drop bin, and the crashes by kind ("ground", "pipe above the gap, entering",
-    "pipe below the gap, inside", ...). `obs`: the observation the model was trained on."""
-    env = FlappyBirdVecEnv(envs, seed=seed, max_steps=10**9, obs=obs)
+    "pipe below the gap, inside", ...). `env_kwargs`: the game's options (the model's observation
+    among them); no step cap."""
+    env = FlappyBirdVecEnv(envs, seed=seed, **{**env_kwargs, "max_steps": 10**9})
     obs = env.reset()
     last_gap = torch.full((envs,), float("nan"))  # the gap top of the pipe each bird passed last
     met, crashed, kinds = Counter(), Counter(), Counter()
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20_000, help="steps of every game (default 20,000)")
     parser.add_argument("--seed", type=int, default=123)
     args = parser.parse_args(argv)
+    from envs.registry import played_env_kwargs
     from trainer.run.checkpoint import load_model
 
     torch.set_num_threads(1)
@@ -124,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     def act(obs: Tensor) -> Tensor:
         return torch.as_tensor(model.predict(obs, deterministic=True)[0])
 
-    # The model's own observation; the rest of the game as the original (no `hard_pipes` curriculum).
-    obs = model.config.get("env_kwargs", {}).get("obs", "vector")
-    if obs == "pixels":
+    # The model's own game, without the options that only shaped its training (`hard_pipes`).
+    env_kwargs = played_env_kwargs("flappy_bird", model.config.get("env_kwargs"))
+    if env_kwargs.get("obs") == "pixels":
         parser.error("the analysis reads where each bird crashed from its vector observation; this model sees pixels")
-    print(report(analyse(act, args.envs, args.steps, args.seed, obs)))
+    print(report(analyse(act, args.envs, args.steps, args.seed, **env_kwargs)))
     return 0
 
 

@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--game-configs",
         default=None,
-        help="games: comma-separated config file names (default: every config whose env is a game)",
+        help="games: comma-separated config file names (default: every config whose env is a game); "
+        "game_targets: those of its configs (flappy_bird, flappy_bird_1000, snake) to time",
     )
     parser.add_argument(
         "--game-episodes", type=int, default=None, help="games: greedy games per seed (default 100, 10 with --quick)"
@@ -95,6 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--game-cap", type=float, default=None, help="training seconds allowed per game (default 900, 60 with --quick)"
     )
+    parser.add_argument("--game-seed", type=int, default=0, help="game_targets: the seed of every run (default 0)")
     parser.add_argument(
         "--scaling-envs",
         default=None,

@@ -23,6 +23,7 @@ AIM_SOLVE_SPEEDUP = 15.0
 GOAL_SOLVE_SINCE_LAUNCH_SECONDS = 4.0  # ours, from `python ...` to solved
 GOAL_FLAPPY = (50.0, 600.0)  # mean score (pipes) within seconds
 GOAL_SNAKE = (20.0, 900.0)  # mean food eaten within seconds
+GOAL_FLAPPY_1000 = (100.0, 60.0)  # issue 25: the slow phase from 50 to 100 pipes gone (training episodes)
 
 
 @dataclass
@@ -209,8 +210,8 @@ def solve_rows(solve: dict[str, Any]) -> list[Row]:
 
 def game_rows(games: dict[str, Any]) -> list[Row]:
     rows = []
-    goals = {"flappy_bird": GOAL_FLAPPY, "snake": GOAL_SNAKE}
-    units = {"flappy_bird": "pipes", "snake": "food"}
+    goals = {"flappy_bird": GOAL_FLAPPY, "flappy_bird_1000": GOAL_FLAPPY_1000, "snake": GOAL_SNAKE}
+    units = {"flappy_bird": "pipes", "snake": "food"}  # by env
     for game, result in games.items():
         if "error" in result:
             rows.append(Row(f"{game}: run failed", result["error"].splitlines()[-1][:80]))
@@ -222,7 +223,7 @@ def game_rows(games: dict[str, Any]) -> list[Row]:
             is_goal = goal_score is not None and float(target) == goal_score
             rows.append(
                 Row(
-                    f"{game}: training seconds to mean score {float(target):g} {units.get(game, '')}",
+                    f"{game}: training seconds to mean score {float(target):g} {units.get(result.get('env_name'), '')}",
                     _fmt_seconds(seconds) if seconds is not None else f"not within {cap:.0f} s",
                     goal=f"<= {goal_seconds:.0f} s" if is_goal else "",
                     met=_yes_no(seconds is not None and seconds <= goal_seconds) if is_goal else "",

@@ -16,9 +16,9 @@ Observation (default `obs="vector"`, 8 floats, roughly in [-1, 1]):
     3  next pipe: gap top minus bird centre, / 202 (half the playfield height)
     4  next pipe: gap bottom minus bird centre, / 202
     5-7  the same for the pipe after it
-`obs="lookahead"`: the 8 floats, then 4 more: how far below the next two pipes' gap tops the bird
-will be when each reaches it, falling freely from here and after a flap now
-(envs/flappy_bird_lookahead.py).
+`obs="lookahead"`: the 8 floats, then 4 more: where in the next two pipes' gaps the bird will be
+when each reaches it (0 at the top edge, 1 at the bottom), falling freely from here and after a
+flap now (envs/flappy_bird_lookahead.py).
 `obs="pixels"`: `frame_stack` grayscale frames of `pixel_size` (default 2 x 84 x 84, values in
 [0, 1]: sky 0, ground 0.3, pipes 0.6, bird 1), for a CNN.
 
@@ -117,6 +117,7 @@ class FlappyBirdVecEnv(VecEnv):
         self.pixel_size = size_pair("pixel_size", pixel_size, 16, 512)
         self.frame_stack = frame_stack
         self.gap_size = number_between("gap_size", gap_size, BIRD_HEIGHT + 6, GROUND_Y * 0.6)
+        self.gap_room = self.gap_size - BIRD_HEIGHT  # the heights of the bird's top edge that pass
         self.pipe_speed = number_between("pipe_speed", pipe_speed, 0.5, 20)
         self.pipe_spacing = number_between("pipe_spacing", pipe_spacing, 80 + self.pipe_speed, 600)
         self.flap_velocity = number_between("flap_velocity", -flap_velocity, 1, 30) * -1.0
@@ -263,7 +264,7 @@ class FlappyBirdVecEnv(VecEnv):
         crossing = BIRD_X + BIRD_WIDTH / 2 - PIPE_WIDTH / 2
         pipes_passed = ((old_pipe_x > crossing) & (pipe_x <= crossing)).sum(0, dtype=torch.float32)
         overlaps_x = (pipe_x < BIRD_X + BIRD_WIDTH) & (pipe_x > BIRD_X - PIPE_WIDTH)
-        outside_gap = (bird_y < self._gaps) | (bird_y > self._gaps + (self.gap_size - BIRD_HEIGHT))
+        outside_gap = (bird_y < self._gaps) | (bird_y > self._gaps + self.gap_room)
         hit_pipe = (overlaps_x & outside_gap).any(0)
         terminated = hit_ground | hit_pipe
 
@@ -316,7 +317,7 @@ class FlappyBirdVecEnv(VecEnv):
             torch.div(gaps[ahead] - bird_centre, HALF_FIELD, out=obs[:, 3 + 3 * ahead])
             torch.div(gaps[ahead] + self.gap_size - bird_centre, HALF_FIELD, out=obs[:, 4 + 3 * ahead])
         if self.obs_mode == "lookahead":  # the bird's heights are the same in every new game
-            write_margins(obs[:, 8:], self._start_heights, gaps[:2], HALF_FIELD)
+            write_margins(obs[:, 8:], self._start_heights, gaps[:2], self.gap_room)
         return obs
 
     def _lookahead_heights(self, bird_y: Tensor, velocity: Tensor, pipe_x: Tensor) -> Tensor:
@@ -343,7 +344,7 @@ class FlappyBirdVecEnv(VecEnv):
             pipes.append((next_x, next_gap_top))
         if self.obs_mode == "lookahead":
             heights = self._lookahead_heights(bird_y, velocity, torch.stack([x for x, _ in pipes]))
-            write_margins(obs[:, 8:], heights, torch.stack([top for _, top in pipes]), HALF_FIELD)
+            write_margins(obs[:, 8:], heights, torch.stack([top for _, top in pipes]), self.gap_room)
         return obs
 
     def _pixel_frame(self, bird_y: Tensor, pipe_offset: Tensor, gaps: Tensor) -> Tensor:

@@ -6,7 +6,8 @@
 The agent is only the .onnx file and onnxruntime: `session.run(["action"], {"obs": batch})`
 with raw observations, exactly what the game observes (normalisation is inside the model).
 The game here is RL Studio's Flappy Bird (its Gymnasium env, `FlappyBird-v0`); in your own
-game you build the same 8 numbers from your game state and call the session the same way.
+game you build the same numbers from your game state (the 8 floats, or 12 for `obs: lookahead`:
+envs/flappy_bird.py says how) and call the session the same way.
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ def main() -> int:
     import gymnasium
 
     import envs  # noqa: F401  (registers FlappyBird-v0)
+    from envs.registry import played_env_kwargs
 
-    env = gymnasium.make("FlappyBird-v0", render_mode=None if args.no_window else "human")
+    # The game the model was trained on (its observation among the options), less the options that
+    # only shaped training, e.g. the `hard_pipes` curriculum.
+    options = played_env_kwargs("flappy_bird", json.loads(metadata.get("env_kwargs", "{}")))
+    env = gymnasium.make("FlappyBird-v0", render_mode=None if args.no_window else "human", **options)
     try:
         for episode in range(args.episodes):
             obs, info = env.reset(seed=episode)

@@ -29,8 +29,8 @@ total_timesteps: 2048
 def _tiny_configs(folder: Path) -> Path:
     folder.mkdir()
     (folder / "cartpole.yaml").write_text(TINY_CARTPOLE)
-    for game in ("flappy_bird", "snake"):
-        (folder / f"{game}.yaml").write_text(TINY_CARTPOLE.replace("env_name: cartpole", f"env_name: {game}"))
+    for stem, game in (("flappy_bird", "flappy_bird"), ("flappy_bird_1000", "flappy_bird"), ("snake", "snake")):
+        (folder / f"{stem}.yaml").write_text(TINY_CARTPOLE.replace("env_name: cartpole", f"env_name: {game}"))
     return folder
 
 
@@ -87,7 +87,7 @@ def test_suite_prints_table_and_writes_plots(tmp_path, monkeypatch, capsys):
     assert [point["num_envs"] for point in results["scaling"]] == [16, 32]
     assert all("error" not in point for point in results["scaling"])
     assert len(results["time_to_solve"]["ours"]) == len(results["time_to_solve"]["sb3"]) == 1
-    assert set(results["games"]) == {"flappy_bird", "snake"}
+    assert set(results["games"]) == {"flappy_bird", "flappy_bird_1000", "snake"}
     for game in results["games"].values():
         assert "error" not in game, game
         assert set(game["solve_train_seconds_by_target"]) == {str(t) for t in game["targets"]}
@@ -98,12 +98,24 @@ def test_suite_prints_table_and_writes_plots(tmp_path, monkeypatch, capsys):
         assert "End-to-end / update-only ceiling (shipped settings)" in text
         assert "CartPole time to mean-100 return 475" in text
         assert "Scaling: num_envs 32" in text
-        assert "flappy_bird: training seconds to mean score 50" in text
+        assert "flappy_bird: training seconds to mean score 50 pipes" in text
+        assert "flappy_bird_1000: training seconds to mean score 100 pipes" in text  # issue 25's goal row
     from PIL import Image
 
     for name in ("throughput.png", "time_to_solve.png", "scaling.png"):
         with Image.open(out / name) as image:
             assert image.format == "PNG" and image.width > 300
+
+
+def test_game_targets_times_the_chosen_configs_on_the_chosen_seed(tmp_path, monkeypatch):
+    from benchmarks.options import parse_args
+
+    seen = []
+    monkeypatch.setattr(run, "run_in_fresh_process", lambda kind, params, *_: seen.append(params) or {"error": "x"})
+    args = parse_args(["--only", "game_targets", "--game-configs", "flappy_bird_1000.yaml", "--game-seed", "2"])
+    assert set(run.run_games(args)) == {"flappy_bird_1000"}
+    assert [(Path(params["config_path"]).name, params["seed"]) for params in seen] == [("flappy_bird_1000.yaml", 2)]
+    assert set(run.run_games(parse_args(["--only", "game_targets"]))) == {"flappy_bird", "flappy_bird_1000", "snake"}
 
 
 def test_contender_runs_in_fresh_process_and_times_from_launch(tmp_path):

@@ -54,7 +54,7 @@ def test_lookahead_heights_are_where_the_bird_meets_the_next_pipes():
             replayed = _replay(
                 make_vec_env("flappy_bird", ENVS, seed=3, obs="lookahead", gap_size=150), state, first_action, pipe_x
             )
-            predicted = obs[:, column] * HALF_FIELD + gap_top
+            predicted = obs[:, column] * env.gap_room + gap_top  # the gap's unit: 0 top edge, 1 bottom
             # Reached in play, and neither the feature nor the bird (on the ground) clamped.
             comparable = ~replayed.isnan() & (obs[:, column].abs() < 2) & (replayed < GROUND_Y - BIRD_HEIGHT)
             assert comparable.sum() > ENVS // 8, (ahead, first_action, int(comparable.sum()))

@@ -221,8 +221,10 @@ def test_onnx_model_plays_gymnasium_cartpole_without_torch(cartpole_475, tmp_pat
     assert np.mean(report["returns"]) >= 475, report["returns"]
 
 
-def test_the_flappy_bird_example_plays_from_the_onnx_file(tmp_path):
-    result = train(config_from_dict({**TINY, "env_name": "flappy_bird"}), tmp_path / "run")
+@pytest.mark.parametrize("env_kwargs", [{}, {"obs": "lookahead", "hard_pipes": 0.5}], ids=["8 floats", "lookahead"])
+def test_the_flappy_bird_example_plays_from_the_onnx_file(tmp_path, env_kwargs):
+    # The example builds the model's own game from the file's metadata: a 12-float model plays too.
+    result = train(config_from_dict({**TINY, "env_name": "flappy_bird", "env_kwargs": env_kwargs}), tmp_path / "run")
     path = export_onnx(result.final_model, tmp_path / "flappy.onnx")
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "play_flappy_onnx.py"), str(path), "--episodes", "2", "--no-window"],
