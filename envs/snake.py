@@ -30,6 +30,9 @@ Observation (default `obs="vector"`, 18 floats in [-1, 1]):
 on, left and right, the share of the free cells still reachable after it, whether the tail is,
 whether the region has a way out, and whether the food is in it. What a small MLP needs to fill
 the board without walling itself in.
+`obs="cycle"`: those 30, then 9 about a fixed cycle through every cell (envs/snake_cycle.py): for
+each move, whether it follows the cycle, whether it lands before the tail on it (the body stays in
+cycle order: safe), and how far along the cycle the food lies from it. Needs an even side.
 `obs="grid"`: 3 x H x W: body (1 at the head falling towards the tail), head, food.
 
 Reward: `reward_food` (+1) per food, `reward_death` (-1) on a crash, `reward_step` (0) every step.
@@ -46,11 +49,12 @@ from envs.base import VecEnv
 from envs.errors import EnvConfigError
 from envs.options import finite_number, positive_int, size_pair
 from envs.snake_board import FIELD_BITS, FOOD_TRIES, VECTOR_OBS_SIZE, WALL_ROWS, SnakeBoard
+from envs.snake_cycle import CYCLE_FEATURES, cycle_features, cycle_positions
 from envs.snake_draw import draw_snake
 from envs.snake_space import SPACE_FEATURES, START_SPACE, space_features
 
 START_LENGTH = 3
-OBS_MODES = ("vector", "space", "grid")
+OBS_MODES = ("vector", "space", "cycle", "grid")
 # From this many envs on, `_vector_obs` sums its two table rows per env with one embedding_bag: it
 # writes the (N, 18) observation once, with no second (N, 18) tensor in between (1.2 MB at 16384
 # envs, a transient whose freeing can make glibc trim the heap, then page-fault it back); below it,
@@ -64,7 +68,8 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
     Keyword arguments (all optional):
         grid_size: board size, an int (square) or [height, width] (default 12; 5..64).
         obs: "vector" (18 features, default), "space" (those and 12 about the room each move
-            leaves: 30) or "grid" (3 x H x W planes for a CNN).
+            leaves: 30), "cycle" (those and 9 about a cycle through every cell: 39) or "grid"
+            (3 x H x W planes for a CNN).
         action_mode: "relative" (straight / left / right, default) or "absolute"
             (up / right / down / left).
         reward_food: reward for eating a food (default 1.0).
@@ -119,7 +124,7 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
 
         dev = self.device
         if obs != "grid":
-            size = VECTOR_OBS_SIZE + (SPACE_FEATURES if obs == "space" else 0)
+            size = VECTOR_OBS_SIZE + {"vector": 0, "space": SPACE_FEATURES}.get(obs, SPACE_FEATURES + CYCLE_FEATURES)
             self.single_observation_space = gymnasium.spaces.Box(-1.0, 1.0, shape=(size,), dtype=np.float32)
         else:
             self.single_observation_space = gymnasium.spaces.Box(
@@ -127,6 +132,8 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
             )
         self.single_action_space = gymnasium.spaces.Discrete(3 if action_mode == "relative" else 4)
         self._build_tables()
+        if obs == "cycle":  # each cell's place on the cycle (envs/snake_cycle.py)
+            self._cycle = cycle_positions(self.height, self.width, self.board_index, self._board_size, dev)
         self._start_space = torch.tensor(START_SPACE, device=dev)
         # The board cells from the playing field's first row to the end of its last (envs/snake_space.py)
         self._field_span = (WALL_ROWS * self.board_width, (WALL_ROWS + self.height) * self.board_width)
@@ -249,9 +256,11 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
             return self._grid_obs()
         # Nothing is in danger at the start (the head alone in the centre): code 0.
         obs = self._vector_obs(danger.masked_fill_(done, 0))
-        if self.obs_mode == "space":  # every move has the whole board at the start (a constant)
-            space = torch.where(done.unsqueeze(1), self._start_space, final_obs[:, VECTOR_OBS_SIZE:])
-            obs = torch.cat((obs, space), 1)
+        if self.obs_mode in ("space", "cycle"):  # every move has the whole board at the start (a constant)
+            space = final_obs[:, VECTOR_OBS_SIZE : VECTOR_OBS_SIZE + SPACE_FEATURES]
+            obs = torch.cat((obs, torch.where(done.unsqueeze(1), self._start_space, space)), 1)
+        if self.obs_mode == "cycle":  # where the new games' heads and food lie on the cycle
+            obs = torch.cat((obs, self._cycle_features(self._move_candidates())), 1)
         return obs
 
     def _place_food(self, needs_food: Tensor, fields: Tensor) -> None:
@@ -300,14 +309,24 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         torch.div(self.steps_without_food, self.max_steps_without_food, out=obs[:, 17])
         return obs
 
+    def _move_candidates(self) -> Tensor:
+        """(N, 3) the board index each move (straight on, left, right) enters."""
+        moves = self._relative_moves_of_heading.index_select(0, self.heading)
+        return self.head.unsqueeze(1) + self._move_of.index_select(0, moves.view(-1)).view_as(moves)
+
+    def _cycle_features(self, candidates: Tensor) -> Tensor:
+        return cycle_features(self._cycle, self.board, self.clock, self.head, candidates, self.food)
+
     def _with_space(self, vector: Tensor) -> Tensor:
-        """`obs="space"`: the vector's 18 features and the 9 of envs/snake_space.py."""
-        if self.obs_mode != "space":
+        """`obs="space"`: the vector's 18 features and the 12 of envs/snake_space.py; `obs="cycle"`:
+        those and the 9 of envs/snake_cycle.py."""
+        if self.obs_mode not in ("space", "cycle"):
             return vector
-        moves = self._relative_moves_of_heading.index_select(0, self.heading)  # (N, 3)
-        candidates = self.head.unsqueeze(1) + self._move_of.index_select(0, moves.view(-1)).view_as(moves)
+        candidates = self._move_candidates()
         space = space_features(self.board, self.clock, candidates, self.food, self.board_width, *self._field_span)
-        return torch.cat((vector, space), 1)
+        if self.obs_mode == "space":
+            return torch.cat((vector, space), 1)
+        return torch.cat((vector, space, self._cycle_features(candidates)), 1)
 
     def _grid_obs(self) -> Tensor:
         planes = torch.zeros(self.num_envs, 3, self.height, self.width, device=self.device)

@@ -1,11 +1,13 @@
-"""Snake's 18 features (and the 27 of `obs="space"`) against a plain-Python Snake: a list of head
-positions, no tensors.
+"""Snake's 18 features (and the 30 of `obs="space"`, the 39 of `obs="cycle"`) against a plain-Python
+Snake: a list of head positions, no tensors.
 
 The reference plays the same actions as the env from every new game's start (head, heading and
 food read from the env, as they are random) and, after every step, rebuilds each feature from
 its definition: danger one and two cells straight / left / right, heading, food direction and
 offset, length, hunger; with `obs="space"` also, from a breadth-first search, the room each move
-leaves, whether the tail and the food can be reached from it. Only the food the env places after a meal is taken from the env (and
+leaves, whether the tail and the food can be reached from it; with `obs="cycle"`, where each move
+leaves the head on the board's cycle (its order of cells is the env's, checked on its own in
+tests/test_envs_snake_cycle.py). Only the food the env places after a meal is taken from the env (and
 checked to be on a free cell); moving, eating, growing, crashing and hunger are the reference's.
 """
 
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from envs import make_vec_env
+from envs.snake_cycle import cycle_order
 
 ROW_STEP = (-1, 0, 1, 0)  # up, right, down, left
 COLUMN_STEP = (0, 1, 0, -1)
@@ -132,8 +135,34 @@ class ReferenceSnake:
             features += [len(region) / len(free), float(tail_reachable), float(way_out), float(self.food in region)]
         return features
 
+    def cycle_features(self) -> list[float]:
+        """For straight, left, right: the move enters the head's successor on the cycle; it enters
+        a free cell (or the tail's) no further along the cycle than the tail (the whole cycle
+        ahead when there is no tail yet), with the body in cycle order; the food's distance along the cycle from that cell /
+        the cells (1 without food or for a move into a wall or the body)."""
+        order = cycle_order(self.height, self.width)
+        place = {cell: index for index, cell in enumerate(order)}
+        cells = len(order)
+        tail = [cell for cell in order if self.cells_left(cell) == 1]
+        room = (place[tail[0]] - place[self.head]) % cells if tail else cells
+        # The body in cycle order: from the tail to the head, ever further along the cycle.
+        body = sorted((cell for cell in order if self.cells_left(cell) >= 1), key=self.cells_left)
+        along = [(place[cell] - place[tail[0]]) % cells for cell in body] if tail else []
+        in_order = all(later > earlier for earlier, later in zip(along, along[1:]))
+        features = []
+        for direction in (self.heading, (self.heading + 3) % 4, (self.heading + 1) % 4):
+            cell = self.ahead(direction, 1)
+            if not self.inside(cell) or self.cells_left(cell) > 1:
+                features += [0.0, 0.0, 1.0]
+                continue
+            ahead = (place[cell] - place[self.head]) % cells
+            to_food = 1.0 if self.food is None else (place[self.food] - place[cell]) % cells / cells
+            features += [float(ahead == 1), float(in_order and 1 <= ahead <= room), to_food]
+        return features
+
     def observation(self, obs_mode: str) -> list[float]:
-        return self.features() + (self.space_features() if obs_mode == "space" else [])
+        space = self.space_features() if obs_mode in ("space", "cycle") else []
+        return self.features() + space + (self.cycle_features() if obs_mode == "cycle" else [])
 
 
 def _cell(env, board_index) -> tuple[int, int] | None:
@@ -158,7 +187,7 @@ def _careful_action(snake: ReferenceSnake, rng: random.Random) -> int:
     return rng.choice(safe) if safe and rng.random() < 0.97 else rng.randrange(3)
 
 
-@pytest.mark.parametrize("obs_mode", ["vector", "space"])
+@pytest.mark.parametrize("obs_mode", ["vector", "space", "cycle"])
 @pytest.mark.parametrize("grid_size", [6, (5, 8)])
 def test_the_vector_features_match_a_plain_python_snake(grid_size, obs_mode, test_device):
     num_envs, max_hunger = 16, 40
@@ -178,9 +207,9 @@ def test_the_vector_features_match_a_plain_python_snake(grid_size, obs_mode, tes
     way_out_seen = set()  # the way-out feature of open moves: both answers must come up
     for step in range(250):
         for index, snake in enumerate(snakes):
-            if obs_mode == "space":
+            if obs_mode != "vector":
                 way_out_seen.update(
-                    value for room, value in zip(obs[index, 18::4].tolist(), obs[index, 20::4].tolist()) if room > 0
+                    value for room, value in zip(obs[index, 18:30:4].tolist(), obs[index, 20:30:4].tolist()) if room > 0
                 )
             assert obs[index].tolist() == pytest.approx(snake.observation(obs_mode), abs=1e-6), (
                 f"env {index}, step {step}"
