@@ -315,7 +315,7 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         return self.head.unsqueeze(1) + self._move_of.index_select(0, moves.view(-1)).view_as(moves)
 
     def _cycle_features(self, candidates: Tensor) -> Tensor:
-        return cycle_features(self._cycle, self.board, self.clock, self.head, candidates, self.food)
+        return cycle_features(self._cycle, self.num_cells, self.board, self.clock, self.head, candidates, self.food)
 
     def _with_space(self, vector: Tensor) -> Tensor:
         """`obs="space"`: the vector's 18 features and the 12 of envs/snake_space.py; `obs="cycle"`:

@@ -61,7 +61,7 @@ def cycle_positions(height: int, width: int, board_index, board_size: int, devic
     return positions.to(device)
 
 
-def in_cycle_order(positions: Tensor, time_left: Tensor, tail_place: Tensor, has_tail: Tensor) -> Tensor:
+def in_cycle_order(positions: Tensor, time_left: Tensor, tail_place: Tensor, has_tail: Tensor, cells: int) -> Tensor:
     """(N, 1) bool: the body's cells, from the tail (1 step left) to the head (`length` steps),
     lie ever further along the cycle from the tail (always so for a new game's lone head).
 
@@ -69,8 +69,7 @@ def in_cycle_order(positions: Tensor, time_left: Tensor, tail_place: Tensor, has
     (counted from the tail's) at its time lays the body out by age; the order holds where every
     entry is larger than the one before. The slots after the head hold cells + slot, larger still.
     """
-    num_envs, board_size = time_left.shape
-    cells = int(positions.max()) + 1
+    num_envs = time_left.shape[0]
     on_body = (time_left >= 1) & (positions >= 0)
     places = (positions.unsqueeze(0) - tail_place).remainder(cells)
     by_age = torch.arange(cells, 2 * cells + 2, device=positions.device).expand(num_envs, -1).clone()
@@ -81,15 +80,14 @@ def in_cycle_order(positions: Tensor, time_left: Tensor, tail_place: Tensor, has
 
 
 def cycle_features(
-    positions: Tensor, board: Tensor, clock: Tensor, head: Tensor, candidates: Tensor, food: Tensor
+    positions: Tensor, cells: int, board: Tensor, clock: Tensor, head: Tensor, candidates: Tensor, food: Tensor
 ) -> Tensor:
     """(N, 9) float32, the three features of each move (see the module's docstring).
 
-    positions: `cycle_positions`; board: (N, cells) clock times (a cell is taken while its time
+    positions: `cycle_positions`; cells: the playing field's cells; board: (N, cells) clock times (a cell is taken while its time
     is later than the clock); clock: (N,); head: (N,) board index; candidates: (N, 3) board index
     each move enters; food: (N,) board index, -1 while none.
     """
-    cells = int(positions.max()) + 1
     time_left = board - clock.unsqueeze(1)
     head_place = positions.index_select(0, head).unsqueeze(1)  # (N, 1)
     entered_place = positions.index_select(0, candidates.view(-1)).view_as(candidates)
@@ -103,7 +101,7 @@ def cycle_features(
     ahead = (entered_place - head_place).remainder(cells)  # 0 for a wall: never a step ahead
     on_cycle = open_move & (ahead == 1)
     ahead_of_tail = (
-        open_move & (ahead >= 1) & (ahead <= room) & in_cycle_order(positions, time_left, tail_place, has_tail)
+        open_move & (ahead >= 1) & (ahead <= room) & in_cycle_order(positions, time_left, tail_place, has_tail, cells)
     )
     food_place = positions.index_select(0, food.clamp(min=0)).unsqueeze(1)
     to_food = (food_place - entered_place).remainder(cells).to(torch.float32).div_(cells)
