@@ -11,6 +11,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -55,6 +56,13 @@ def _free_pair() -> int:
                 continue
         return port
     raise RuntimeError("no two free ports in a row")
+
+
+def _wait_until_overwritten(store: TCPStore, key: str, planted: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while store.get(key).decode() == planted:
+        assert time.monotonic() < deadline, f"no admitted agent wrote over the planted {key} in {timeout:.0f} s"
+        time.sleep(0.2)
 
 
 def test_an_intruder_reads_nothing_joins_nothing_and_runs_nothing_while_a_worker_trains(tmp_path):
@@ -108,11 +116,16 @@ def test_an_intruder_reads_nothing_joins_nothing_and_runs_nothing_while_a_worker
         next(item for item in environ if item.startswith(RANK_SETUP_ENV.encode() + b"=")).split(b"=", 1)[1]
     )
     run_id = setup["run_id"]
-    store.set(f"torch.rendezvous.{run_id}", base64.b64encode(pickle.dumps(Payload(planted))).decode())
+    planted_value = base64.b64encode(pickle.dumps(Payload(planted))).decode()
+    store.set(f"torch.rendezvous.{run_id}", planted_value)
     # Whichever agent syncs first (the master's or the worker's) refuses it, says so in its own
     # output, and writes the last good state back over it: the other may never see it.
     refused = "refused: the rendezvous state was written by a node that was not admitted"
     master.wait_for(lambda output: refused in output or refused in worker.output(), 120)
+    # ... and the next keep-alive of an admitted agent writes a signed state over the planted one.
+    # (Until then, a stock torchrun would unpickle the plant in its own process: the attacker's
+    # code in the attacker's process, which proves nothing about ours.)
+    _wait_until_overwritten(store, f"torch.rendezvous.{run_id}", planted_value, 60)
     script = tmp_path / "evil.py"
     script.write_text(f"open({str(stock_ran)!r}, 'w').write('joined')\n")
     stock = subprocess.run(
