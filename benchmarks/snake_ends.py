@@ -9,7 +9,9 @@ Plays the model greedily, one game in each of `--games` envs (a game that ends i
 restarted), on the env options the model was trained with (`--env-option` overrides one). A game
 starved when it ended on its hunger limit (truncated, or a death with `hunger_kills`). For the
 starved games of an `obs: space` model, the last `max_steps_without_food` steps are read back
-from its own observations: the share of them in which some move had the food in its region.
+from its own observations: the share of them in which some move had the food in its region. For
+an `obs: cycle` model, its own observations say when it first broke its body's cycle order (took
+a move that left the body out of order while one that kept it was there).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from torch import Tensor
 
 from envs.snake import SnakeVecEnv
 from envs.snake_board import VECTOR_OBS_SIZE
-from envs.snake_space import PER_MOVE
+from envs.snake_space import PER_MOVE, SPACE_FEATURES
 
 ENDINGS = ("won", "crashed", "starved")
 FOOD_FLAGS = slice(VECTOR_OBS_SIZE + PER_MOVE.index("food reachable"), None, len(PER_MOVE))
+SAFE_FLAGS = slice(VECTOR_OBS_SIZE + SPACE_FEATURES + 1, None, 3)  # obs "cycle": each move's "ahead of the tail"
 
 
 def analyse(act: Callable[[Tensor], Tensor], games: int = 200, seed: int = 11, **env_kwargs) -> dict:
@@ -39,12 +42,18 @@ def analyse(act: Callable[[Tensor], Tensor], games: int = 200, seed: int = 11, *
     ending, length = [""] * games, [0] * games
     food_seen = torch.zeros(env.max_steps_without_food, games, dtype=torch.bool)  # a ring of the last steps
     in_reach: list[float] = []
+    first_break = torch.zeros(games, dtype=torch.int64)  # obs "cycle": the length when it broke the order, 0: never
     step = 0
     while not bool(finished.all()):
         if env.obs_mode == "space":
             food_seen[step % len(food_seen)] = obs[:, FOOD_FLAGS].amax(1) > 0
         hunger, before = env.steps_without_food.clone(), env.length.clone()
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        actions = act(obs)
+        if env.obs_mode == "cycle":
+            safe = obs[:, SAFE_FLAGS] > 0
+            breaks = safe.any(1) & ~safe.gather(1, actions.view(-1, 1)).squeeze(1) & ~finished & (first_break == 0)
+            first_break = torch.where(breaks, env.length, first_break)
+        obs, reward, terminated, truncated, _ = env.step(actions)
         step += 1
         for index in ((terminated | truncated) & ~finished).nonzero().flatten().tolist():
             grown = int(before[index]) + int(reward[index] > 0)
@@ -60,6 +69,9 @@ def analyse(act: Callable[[Tensor], Tensor], games: int = 200, seed: int = 11, *
         "hunger_limit": env.max_steps_without_food,
         "endings": {kind: sorted(n for e, n in zip(ending, length) if e == kind) for kind in ENDINGS},
         "food_in_reach_when_starved": statistics.mean(in_reach) if in_reach else None,
+        "first_break": {kind: [int(first_break[i]) for i in range(games) if ending[i] == kind] for kind in ENDINGS}
+        if env.obs_mode == "cycle"
+        else None,
     }
 
 
@@ -80,6 +92,17 @@ def report(result: dict) -> str:
             f"Starved games: some move had the food in reach in {100 * result['food_in_reach_when_starved']:.1f}% "
             f"of their last {result['hunger_limit']} steps.",
         ]
+    if result["first_break"] is not None:
+        lines += [
+            "",
+            "| ending | broke the cycle order | length when it first did: median (quartiles) |",
+            "|---|---|---|",
+        ]
+        for kind, breaks in result["first_break"].items():
+            at = [n for n in breaks if n > 0]
+            quartiles = statistics.quantiles(at, n=4) if len(at) > 1 else at * 3
+            spread = f"{statistics.median(at):g} ({quartiles[0]:g} - {quartiles[2]:g})" if at else "-"
+            lines.append(f"| {kind} | {len(at):,} of {len(breaks):,} | {spread} |")
     return "\n".join(lines)
 
 

@@ -81,6 +81,9 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
             the hunger, so the game stays Markov either way.
         max_steps_without_food: truncate the episode after this many steps without eating
             (default 100 + the number of cells: 244 on 12 x 12).
+        reward_disorder: `obs="cycle"`, relative actions: reward added to a move that takes the
+            body out of cycle order while a move that kept it was open (default 0.0; e.g. -1 so
+            that the agent keeps the order that makes filling the board sure).
 
     `score` (in the episode statistics) is the number of foods eaten.
     """
@@ -102,6 +105,7 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         reward_step: float = 0.0,
         max_steps_without_food: int | None = None,
         hunger_kills: bool = False,
+        reward_disorder: float = 0.0,
     ):
         super().__init__(num_envs, device, seed)
         if obs not in OBS_MODES:
@@ -121,6 +125,12 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         if not isinstance(hunger_kills, bool):
             raise EnvConfigError(f"hunger_kills must be true or false, got {hunger_kills!r}")
         self.hunger_kills = hunger_kills
+        self.reward_disorder = finite_number("reward_disorder", reward_disorder)
+        if self.reward_disorder and (obs != "cycle" or action_mode != "relative"):
+            raise EnvConfigError(
+                "reward_disorder charges a move that breaks the body's cycle order: it needs obs 'cycle' and "
+                f"action_mode 'relative', got obs {obs!r} and action_mode {action_mode!r}"
+            )
 
         dev = self.device
         if obs != "grid":
@@ -235,6 +245,10 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
             truncated = torch.zeros_like(truncated)
         reward = torch.where(crashed, self.reward_death, self.reward_step)
         reward = torch.where(eats, self.reward_food + self.reward_step, reward)
+        if self.reward_disorder:  # the move left the order while one that kept it was open
+            keeps = self._keeps_order
+            breaks = keeps.any(1) & ~keeps.gather(1, actions.view(-1, 1)).squeeze(1)
+            reward = reward.add_(breaks.to(reward.dtype).mul_(self.reward_disorder))
         self._between_hooks = (eats,)
         return reward, score, terminated, truncated
 
@@ -315,7 +329,9 @@ class SnakeVecEnv(SnakeBoard, VecEnv):
         return self.head.unsqueeze(1) + self._move_of.index_select(0, moves.view(-1)).view_as(moves)
 
     def _cycle_features(self, candidates: Tensor) -> Tensor:
-        return cycle_features(self._cycle, self.num_cells, self.board, self.clock, self.head, candidates, self.food)
+        features = cycle_features(self._cycle, self.num_cells, self.board, self.clock, self.head, candidates, self.food)
+        self._keeps_order = features[:, 1::3] > 0  # (N, 3): each move's "ahead of the tail", for reward_disorder
+        return features
 
     def _with_space(self, vector: Tensor) -> Tensor:
         """`obs="space"`: the vector's 18 features and the 12 of envs/snake_space.py; `obs="cycle"`:

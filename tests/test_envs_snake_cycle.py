@@ -56,3 +56,37 @@ def test_the_cycle_features_alone_let_a_simple_rule_fill_the_board(grid_size):
             break
     assert finished.all(), "every game ended"
     assert int(won.sum()) == games, f"{int(won.sum())} of {games} games filled the board"
+
+
+def test_reward_disorder_charges_exactly_the_moves_that_break_the_cycle_order():
+    env = make_vec_env(
+        "snake", 64, seed=3, grid_size=6, obs="cycle", reward_food=0.0, reward_death=0.0, reward_disorder=-0.5
+    )
+    obs = env.reset()
+    generator = torch.Generator().manual_seed(0)
+    charged = 0
+    for _ in range(300):
+        # Mostly the food's way along the cycle, whatever the order; now and then a random move.
+        actions = torch.where(
+            torch.rand(64, generator=generator) < 0.2,
+            torch.randint(0, 3, (64,), generator=generator),
+            obs[:, CYCLE_START + 2 :: 3].argmin(1),
+        )
+        safe = obs[:, CYCLE_START + 1 :: 3] > 0.5
+        breaks = safe.any(1) & ~safe.gather(1, actions.view(-1, 1)).squeeze(1)
+        obs, reward, *_ = env.step(actions)
+        assert torch.equal(reward, torch.where(breaks, -0.5, 0.0))
+        charged += int(breaks.sum())
+    assert charged > 100  # the check saw many breaks, not only the empty case
+    # The rule that keeps the order is never charged (and never crashes: every reward is 0).
+    env = make_vec_env("snake", 16, seed=4, grid_size=6, obs="cycle", reward_food=0.0, reward_disorder=-1.0)
+    obs = env.reset()
+    for _ in range(300):
+        obs, reward, *_ = env.step(_cut_ahead_rule(obs))
+        assert torch.equal(reward, torch.zeros(16))
+
+
+@pytest.mark.parametrize("options", [{"obs": "space"}, {"obs": "cycle", "action_mode": "absolute"}])
+def test_reward_disorder_without_the_cycle_is_refused_with_the_reason(options):
+    with pytest.raises(EnvConfigError, match="reward_disorder .* needs obs 'cycle' and action_mode 'relative'"):
+        make_vec_env("snake", 2, grid_size=6, reward_disorder=-1.0, **options)
